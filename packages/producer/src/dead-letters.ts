@@ -1,0 +1,139 @@
+import type { Kysely } from 'kysely'
+import { OutboxError } from './errors.js'
+import { resolveSchema } from './schema-name.js'
+import { redriveDead } from './sql/redrive-dead.js'
+import { selectDeadLetters } from './sql/select-dead-letters.js'
+
+/** A dead-lettered event: delivery gave up on it, it is kept for inspection and redrive. */
+export interface DeadLetter {
+  readonly eventId: string
+  readonly aggregateType: string
+  readonly aggregateId: string
+  readonly sequence: number
+  readonly eventType: string
+  readonly attempts: number
+  /** HTTP status of the last attempt, or null for a timeout / network error / lost lease. */
+  readonly lastStatus: number | null
+  readonly lastError: string | null
+  readonly lastAttemptAt: Date | null
+  readonly createdAt: Date
+  readonly deadAt: Date
+  /** Pass to `after` to get the next page. */
+  readonly cursor: string
+}
+
+/** Options of {@link listDeadLetters}. */
+export interface ListDeadLettersOptions {
+  /** Page size. @defaultValue 100 */
+  readonly limit?: number
+  /** The `cursor` of the last dead letter of the previous page. */
+  readonly after?: string
+  /** @defaultValue 'public' */
+  readonly schema?: string
+}
+
+/**
+ * Lists dead letters, oldest first, with their last status and error.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { listDeadLetters } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * for (const dead of await listDeadLetters(db, { limit: 20 })) {
+ *   console.log(dead.eventId, dead.lastStatus, dead.lastError)
+ * }
+ * ```
+ */
+export async function listDeadLetters(
+  db: Kysely<any>,
+  options: ListDeadLettersOptions = {},
+): Promise<DeadLetter[]> {
+  const limit = options.limit ?? 100
+  if (!Number.isSafeInteger(limit) || limit <= 0) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTIONS',
+      `limit must be a positive integer, got ${options.limit}`,
+    )
+  }
+  const rows = await selectDeadLetters(db, resolveSchema(options.schema), limit, decodeCursor(options.after))
+  return rows.map((row) => ({
+    eventId: row.event_id,
+    aggregateType: row.aggregate_type,
+    aggregateId: row.aggregate_id,
+    sequence: Number(row.sequence),
+    eventType: row.event_type,
+    attempts: row.attempts,
+    lastStatus: row.last_status,
+    lastError: row.last_error,
+    lastAttemptAt: row.last_attempt_at,
+    createdAt: row.created_at,
+    deadAt: row.dead_at,
+    cursor: `${row.dead_at.toISOString()}_${row.id}`,
+  }))
+}
+
+function decodeCursor(cursor: string | undefined): { deadAt: Date; id: string } | undefined {
+  if (cursor === undefined) return undefined
+  const match = /^(.+)_(\d+)$/.exec(cursor)
+  const deadAt = match ? new Date(match[1]!) : undefined
+  if (!match || !deadAt || Number.isNaN(deadAt.getTime())) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTIONS',
+      `after must be the cursor of a listed dead letter, got ${JSON.stringify(cursor)}`,
+    )
+  }
+  return { deadAt, id: match[2]! }
+}
+
+/** Which dead letters {@link redrive} revives: the given event ids, or all of them. */
+export type RedriveOptions = ({ readonly eventIds: readonly string[] } | { readonly all: true }) & {
+  readonly schema?: string
+}
+
+/** What {@link redrive} did. */
+export interface RedriveResult {
+  /** Event ids now pending again. */
+  readonly redriven: readonly string[]
+  /** Requested ids that were not dead letters (unknown, already pending or sent). */
+  readonly notDead: readonly string[]
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+/**
+ * Sends dead letters again: each goes back to pending with the SAME event id and sequence and its attempts reset.
+ *
+ * It takes the lock of each affected lane, so it never puts two requests of one lane in flight; a lane parked by
+ * `onExhausted: 'block'` resumes in order, starting with the revived event. Under `'skip'` the lane may already
+ * have moved past the event: an ordered consumer then answers `stale_ignored`, which the relay reports.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { redrive } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * const { redriven, notDead } = await redrive(db, { eventIds: ['0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a'] })
+ * ```
+ */
+export async function redrive(db: Kysely<any>, options: RedriveOptions): Promise<RedriveResult> {
+  const schema = resolveSchema(options?.schema)
+  let ids: readonly string[] | 'all'
+  if (options && 'all' in options && options.all === true) {
+    ids = 'all'
+  } else if (options && 'eventIds' in options && Array.isArray(options.eventIds)) {
+    const bad = options.eventIds.filter((id) => typeof id !== 'string' || !UUID.test(id))
+    if (bad.length > 0) {
+      throw new OutboxError(
+        'ERR_OUTBOX_INVALID_OPTIONS',
+        `event ids must be UUIDs; not one: ${bad.map((id) => JSON.stringify(id)).join(', ')}`,
+      )
+    }
+    ids = options.eventIds.map((id) => id.toLowerCase())
+  } else {
+    throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', 'redrive needs { eventIds: [...] } or { all: true }')
+  }
+  const redriven = await db.transaction().execute((trx) => redriveDead(trx, schema, ids))
+  const revived = new Set(redriven)
+  return { redriven, notDead: ids === 'all' ? [] : ids.filter((id) => !revived.has(id)) }
+}

@@ -1,0 +1,113 @@
+import { randomUUID } from 'node:crypto'
+import type { Transaction } from 'kysely'
+import { OutboxError } from './errors.js'
+import { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput, validateEvent } from './event-input.js'
+import { notifyChannel, resolveSchema } from './schema-name.js'
+import { type EnqueuedEvent, insertEvent } from './sql/insert-event.js'
+import { insertEvents } from './sql/insert-events.js'
+
+/** Options of {@link enqueue} and {@link enqueueMany}. */
+export interface EnqueueOptions {
+  /** Schema of the producer tables. @defaultValue 'public' */
+  readonly schema?: string
+  /** NOTIFY the relay's channel so an idle relay wakes at once (collapsed to one per transaction). @defaultValue true */
+  readonly notify?: boolean
+  /** Largest accepted payload, in bytes of JSON. @defaultValue 262144 (256 KiB) */
+  readonly maxPayloadBytes?: number
+}
+
+function assertTransaction(trx: unknown): asserts trx is Transaction<any> {
+  const candidate = trx as { isTransaction?: unknown } | null
+  if (typeof candidate !== 'object' || candidate === null || candidate.isTransaction !== true) {
+    throw new OutboxError(
+      'ERR_OUTBOX_NOT_A_TRANSACTION',
+      'enqueue needs the Kysely transaction of your business write (db.transaction().execute(async (trx) => enqueue(trx, …))); a plain Kysely instance would commit the event on its own and reopen the dual-write bug',
+    )
+  }
+}
+
+function resolveEnqueueOptions(options: EnqueueOptions) {
+  const maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES
+  if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes <= 0) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTIONS',
+      `maxPayloadBytes must be a positive integer, got ${maxPayloadBytes}`,
+    )
+  }
+  const schema = resolveSchema(options.schema)
+  return { schema, maxPayloadBytes, channel: options.notify === false ? null : notifyChannel(schema) }
+}
+
+/**
+ * Writes an event into the outbox inside YOUR transaction, so it commits or rolls back with your business change.
+ *
+ * The event gets the next sequence of its aggregate (`aggregateType` + `aggregateId`); writers of one aggregate
+ * wait for each other until commit, so sequence order is commit order and a rollback leaves no gap. Validation
+ * happens before anything is written. Under REPEATABLE READ or SERIALIZABLE a concurrent writer can make this
+ * fail with 40001 (retry the transaction); enqueueing for two aggregates in opposite orders in two transactions can
+ * deadlock — use {@link enqueueMany}, which locks in a fixed order.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { enqueue } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * await db.transaction().execute(async (trx) => {
+ *   await trx.insertInto('orders').values({ id: '42', status: 'created' }).execute()
+ *   await enqueue(trx, { aggregateType: 'order', aggregateId: '42', eventType: 'order.created', payload: { id: '42' } })
+ * })
+ * ```
+ */
+export async function enqueue<TPayload>(
+  trx: Transaction<any>,
+  event: EnqueueInput<TPayload>,
+  options: EnqueueOptions = {},
+): Promise<EnqueuedEvent> {
+  assertTransaction(trx)
+  const resolved = resolveEnqueueOptions(options)
+  const validated = validateEvent(event, resolved.maxPayloadBytes)
+  return await insertEvent(trx, resolved.schema, validated, randomUUID(), resolved.channel)
+}
+
+/**
+ * Writes several events in your transaction; returns their ids and sequences in input order.
+ *
+ * Counter rows are locked in sorted key order, so two transactions enqueueing for the same aggregates in opposite
+ * orders never deadlock. Events of one aggregate get consecutive sequences in the order given. All events are
+ * validated before anything is written.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { enqueueMany } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * await db.transaction().execute(async (trx) => {
+ *   await enqueueMany(trx, [
+ *     { aggregateType: 'order', aggregateId: '42', eventType: 'order.paid', payload: {} },
+ *     { aggregateType: 'customer', aggregateId: '7', eventType: 'customer.charged', payload: { amount: 10 } },
+ *   ])
+ * })
+ * ```
+ */
+export async function enqueueMany<TPayload>(
+  trx: Transaction<any>,
+  events: readonly EnqueueInput<TPayload>[],
+  options: EnqueueOptions = {},
+): Promise<EnqueuedEvent[]> {
+  assertTransaction(trx)
+  const resolved = resolveEnqueueOptions(options)
+  if (!Array.isArray(events)) {
+    throw new OutboxError('ERR_OUTBOX_INVALID_EVENT', 'enqueueMany takes an array of events')
+  }
+  if (events.length === 0) return []
+  const validated = events.map((event, index) => validateEvent(event, resolved.maxPayloadBytes, index))
+  return await insertEvents(
+    trx,
+    resolved.schema,
+    validated,
+    validated.map(() => randomUUID()),
+    resolved.channel,
+  )
+}
+
+export type { EnqueuedEvent }

@@ -1,0 +1,99 @@
+import type { Kysely } from 'kysely'
+import { type Duration, parseDuration } from './duration.js'
+import { OutboxError } from './errors.js'
+import { resolveSchema } from './schema-name.js'
+import { deleteExpired } from './sql/delete-expired.js'
+
+/** Options of {@link prune}. */
+export interface PruneOptions {
+  /** Keep sent events at least this long (ms or `'30d'`). */
+  readonly retention: Duration
+  /** Also delete dead letters older than this; dead letters are kept when omitted. */
+  readonly deadLetterRetention?: Duration
+  /** Rows per delete statement. @defaultValue 5000 */
+  readonly batchSize?: number
+  /** Stop after this many batches per status, so one run is bounded. @defaultValue 200 */
+  readonly maxBatches?: number
+  /** Pause between batches, to leave the database room for live traffic. @defaultValue 0 */
+  readonly pauseMs?: number
+  /** Schema of the producer tables. @defaultValue 'public' */
+  readonly schema?: string
+  /** Called after every batch, for progress output. */
+  readonly onBatch?: (progress: { readonly status: 'sent' | 'dead'; readonly removed: number }) => void
+  /** Stops between batches when aborted. */
+  readonly signal?: AbortSignal
+}
+
+/** What {@link prune} did. */
+export interface PruneResult {
+  /** Rows deleted (sent and dead). */
+  readonly removed: number
+  /** True when nothing past retention is left; false when `maxBatches` (or the signal) stopped it first. */
+  readonly caughtUp: boolean
+}
+
+/** Default rows per prune batch. */
+export const DEFAULT_PRUNE_BATCH_SIZE = 5000
+/** Default batch budget of one prune run. */
+export const DEFAULT_PRUNE_MAX_BATCHES = 200
+
+function positiveInteger(value: number | undefined, fallback: number, name: string): number {
+  const resolved = value ?? fallback
+  if (!Number.isSafeInteger(resolved) || resolved <= 0) {
+    throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', `${name} must be a positive integer, got ${value}`)
+  }
+  return resolved
+}
+
+/**
+ * Deletes sent events past retention in bounded batches (and dead letters past their own retention, if given).
+ * Pending events, sequence counters and lane rows are never touched, so pruning can never lose an event or reuse
+ * a sequence. Run it from cron; `caughtUp: false` means run it again (or raise `maxBatches`).
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { prune } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * const { removed, caughtUp } = await prune(db, { retention: '30d', batchSize: 5000, pauseMs: 50 })
+ * ```
+ */
+export async function prune(db: Kysely<any>, options: PruneOptions): Promise<PruneResult> {
+  if (typeof options !== 'object' || options === null || options.retention === undefined) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTIONS',
+      "prune needs { retention }, e.g. prune(db, { retention: '30d' })",
+    )
+  }
+  const schema = resolveSchema(options.schema)
+  const retentionMs = parseDuration(options.retention, 'retention')
+  const deadMs =
+    options.deadLetterRetention === undefined
+      ? undefined
+      : parseDuration(options.deadLetterRetention, 'deadLetterRetention')
+  const batchSize = positiveInteger(options.batchSize, DEFAULT_PRUNE_BATCH_SIZE, 'batchSize')
+  const maxBatches = positiveInteger(options.maxBatches, DEFAULT_PRUNE_MAX_BATCHES, 'maxBatches')
+  const pauseMs = parseDuration(options.pauseMs ?? 0, 'pauseMs')
+
+  let removed = 0
+  let caughtUp = true
+  const passes: ['sent' | 'dead', number][] = [['sent', retentionMs]]
+  if (deadMs !== undefined) passes.push(['dead', deadMs])
+  for (const [status, keepMs] of passes) {
+    let batches = 0
+    for (;;) {
+      if (options.signal?.aborted) return { removed, caughtUp: false }
+      const deleted = await deleteExpired(db, schema, status, keepMs, batchSize)
+      removed += deleted
+      batches += 1
+      options.onBatch?.({ status, removed: deleted })
+      if (deleted < batchSize) break
+      if (batches >= maxBatches) {
+        caughtUp = false
+        break
+      }
+      if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs))
+    }
+  }
+  return { removed, caughtUp }
+}

@@ -1,0 +1,181 @@
+import type { ColumnType, Generated, Kysely } from 'kysely'
+import { sql } from 'kysely'
+import { type Migration, type MigrationProvider, Migrator } from 'kysely/migration'
+import { OutboxError } from './errors.js'
+import { resolveSchema } from './schema-name.js'
+
+/** Delivery state of an outbox row. */
+export type EventStatus = 'pending' | 'sent' | 'dead'
+
+/** Why a lane is parked: a 409 from the consumer, or an exhausted event under `onExhausted: 'block'`. */
+export type BlockedReason = 'conflict' | 'exhausted'
+
+/** The `outbox` table: one row per event. */
+export interface OutboxTable {
+  id: Generated<string>
+  event_id: string
+  aggregate_type: string
+  aggregate_id: string
+  sequence: ColumnType<string, number, number>
+  event_type: string
+  payload: ColumnType<unknown, string, string>
+  created_at: ColumnType<Date, Date | undefined, Date>
+  status: ColumnType<EventStatus, EventStatus | undefined, EventStatus>
+  /** A pending row's earliest next try; for a lane's head this is the lane's due time. */
+  available_at: ColumnType<Date, Date | undefined, Date>
+  attempts: ColumnType<number, number | undefined, number>
+  last_attempt_at: Date | null
+  last_status: number | null
+  last_error: string | null
+  /** The consumer's `status` from the 2xx body (`applied`, `duplicate_ignored`, `stale_ignored`). */
+  delivery_status: string | null
+  sent_at: Date | null
+  dead_at: Date | null
+}
+
+/** The per-aggregate sequence counter: enqueuers serialize on its row until commit. Never pruned. */
+export interface OutboxCounterTable {
+  aggregate_type: string
+  aggregate_id: string
+  last_sequence: ColumnType<string, number, number>
+}
+
+/** The lane row of an aggregate: who holds it (claim token + lease) and whether it is parked. Never pruned. */
+export interface OutboxLaneTable {
+  aggregate_type: string
+  aggregate_id: string
+  claim_token: string | null
+  leased_until: Date | null
+  blocked_reason: BlockedReason | null
+  blocked_at: Date | null
+  /** Consecutive 409 answers, for the capped park backoff. */
+  conflict_count: ColumnType<number, number | undefined, number>
+}
+
+/** The producer tables, for typing a `Kysely` instance. */
+export interface ProducerDatabase {
+  outbox: OutboxTable
+  outbox_counter: OutboxCounterTable
+  outbox_lane: OutboxLaneTable
+}
+
+/** Name of the producer's own migration table (the consumer and the application keep theirs apart). */
+export const PRODUCER_MIGRATION_TABLE = 'outbox_producer_migration'
+
+function migrationSteps(schema: string): Record<string, string> {
+  const s = `"${schema}"`
+  return {
+    '0001_outbox': `
+CREATE TABLE IF NOT EXISTS ${s}.outbox (
+  id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  event_id uuid NOT NULL UNIQUE,
+  aggregate_type text NOT NULL,
+  aggregate_id text NOT NULL,
+  sequence bigint NOT NULL,
+  event_type text NOT NULL,
+  payload jsonb NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now(),
+  status text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sent', 'dead')),
+  available_at timestamptz NOT NULL DEFAULT now(),
+  attempts integer NOT NULL DEFAULT 0,
+  last_attempt_at timestamptz,
+  last_status integer,
+  last_error text,
+  delivery_status text,
+  sent_at timestamptz,
+  dead_at timestamptz,
+  UNIQUE (aggregate_type, aggregate_id, sequence)
+);
+-- A lane's head and the rows behind it, pending rows only: stays small however many sent rows pile up.
+CREATE INDEX IF NOT EXISTS outbox_pending_lane_idx
+  ON ${s}.outbox (aggregate_type, aggregate_id, sequence) INCLUDE (available_at) WHERE status = 'pending';
+-- Due pending rows in time order: the claim starts here, so lanes waiting in backoff are never scanned.
+CREATE INDEX IF NOT EXISTS outbox_due_idx
+  ON ${s}.outbox (available_at) INCLUDE (aggregate_type, aggregate_id) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS outbox_sent_idx ON ${s}.outbox (sent_at) WHERE status = 'sent';
+CREATE INDEX IF NOT EXISTS outbox_dead_idx ON ${s}.outbox (dead_at) WHERE status = 'dead';
+
+CREATE TABLE IF NOT EXISTS ${s}.outbox_counter (
+  aggregate_type text NOT NULL,
+  aggregate_id text NOT NULL,
+  last_sequence bigint NOT NULL,
+  PRIMARY KEY (aggregate_type, aggregate_id)
+);
+
+CREATE TABLE IF NOT EXISTS ${s}.outbox_lane (
+  aggregate_type text NOT NULL,
+  aggregate_id text NOT NULL,
+  claim_token uuid,
+  leased_until timestamptz,
+  blocked_reason text CHECK (blocked_reason IN ('conflict', 'exhausted')),
+  blocked_at timestamptz,
+  conflict_count integer NOT NULL DEFAULT 0,
+  PRIMARY KEY (aggregate_type, aggregate_id)
+);
+CREATE INDEX IF NOT EXISTS outbox_lane_leased_idx ON ${s}.outbox_lane (leased_until) WHERE claim_token IS NOT NULL;
+CREATE INDEX IF NOT EXISTS outbox_lane_blocked_idx ON ${s}.outbox_lane (blocked_at) WHERE blocked_reason IS NOT NULL;
+`,
+  }
+}
+
+/**
+ * The producer schema as plain SQL, for teams that run their own migration tool. Apply it once per schema; it is
+ * the same DDL {@link migrate} runs (without the migration bookkeeping).
+ *
+ * @example
+ * ```ts
+ * import { producerMigrationSql } from '@outbox/producer'
+ * const ddl = producerMigrationSql({ schema: 'outbox' })
+ * ```
+ */
+export function producerMigrationSql(options: { schema?: string } = {}): string {
+  const schema = resolveSchema(options.schema)
+  return [`CREATE SCHEMA IF NOT EXISTS "${schema}";`, ...Object.values(migrationSteps(schema))].join('\n')
+}
+
+/** Options of {@link migrate}. */
+export interface MigrateOptions {
+  /** Schema of the producer tables, created if missing. @defaultValue 'public' */
+  readonly schema?: string
+}
+
+/**
+ * Creates or updates the producer tables. Idempotent and safe to run from several processes at once (Kysely's
+ * migration lock); keeps its own migration table, `outbox_producer_migration`, in the same schema.
+ *
+ * @example
+ * ```ts
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ * import { migrate } from '@outbox/producer'
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) }) })
+ * await migrate(db, { schema: 'public' })
+ * ```
+ */
+export async function migrate(db: Kysely<any>, options: MigrateOptions = {}): Promise<void> {
+  const schema = resolveSchema(options.schema)
+  await sql`CREATE SCHEMA IF NOT EXISTS ${sql.id(schema)}`.execute(db)
+  const steps = migrationSteps(schema)
+  const provider: MigrationProvider = {
+    async getMigrations() {
+      const migrations: Record<string, Migration> = {}
+      for (const [name, text] of Object.entries(steps)) {
+        migrations[name] = { up: async (trx) => void (await sql.raw(text).execute(trx)) }
+      }
+      return migrations
+    },
+  }
+  const migrator = new Migrator({
+    db,
+    provider,
+    migrationTableSchema: schema,
+    migrationTableName: PRODUCER_MIGRATION_TABLE,
+    migrationLockTableName: `${PRODUCER_MIGRATION_TABLE}_lock`,
+  })
+  const { error } = await migrator.migrateToLatest()
+  if (error) {
+    throw new OutboxError('ERR_OUTBOX_MIGRATION_FAILED', `producer migration failed: ${String(error)}`, {
+      cause: error,
+    })
+  }
+}

@@ -1,0 +1,75 @@
+import { sql, type Transaction } from 'kysely'
+import type { ValidatedEvent } from '../event-input.js'
+import type { EnqueuedEvent } from './insert-event.js'
+
+/**
+ * Enqueues several events: one counter upsert per aggregate, taken in sorted key order, then one multi-row insert.
+ *
+ * Why sorted: two transactions enqueueing for aggregates A and B in opposite orders would otherwise each hold one
+ * counter row and wait for the other's (deadlock, 40P01). Taking counter locks in one global order makes that
+ * impossible. Each aggregate's counter is bumped once by its number of events, so the events of one call get
+ * consecutive sequences in the order they were given.
+ */
+export async function insertEvents(
+  trx: Transaction<any>,
+  schema: string,
+  events: readonly ValidatedEvent[],
+  eventIds: readonly string[],
+  channel: string | null,
+): Promise<EnqueuedEvent[]> {
+  const groups = new Map<string, { aggregateType: string; aggregateId: string; indexes: number[] }>()
+  events.forEach((event, index) => {
+    const key = JSON.stringify([event.aggregateType, event.aggregateId])
+    const group = groups.get(key) ?? {
+      aggregateType: event.aggregateType,
+      aggregateId: event.aggregateId,
+      indexes: [],
+    }
+    group.indexes.push(index)
+    groups.set(key, group)
+  })
+  const ordered = [...groups.values()].sort((a, b) =>
+    a.aggregateType === b.aggregateType
+      ? compareText(a.aggregateId, b.aggregateId)
+      : compareText(a.aggregateType, b.aggregateType),
+  )
+  const sequences = new Array<number>(events.length)
+  const counter = sql.id(schema, 'outbox_counter')
+  for (const group of ordered) {
+    const count = group.indexes.length
+    const { rows } = await sql<{ last_sequence: string }>`
+      INSERT INTO ${counter} AS c (aggregate_type, aggregate_id, last_sequence)
+      VALUES (${group.aggregateType}, ${group.aggregateId}, ${count})
+      ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = c.last_sequence + ${count}
+      RETURNING last_sequence`.execute(trx)
+    const last = Number(rows[0]!.last_sequence)
+    group.indexes.forEach((eventIndex, position) => {
+      sequences[eventIndex] = last - count + 1 + position
+    })
+  }
+  const outbox = sql.id(schema, 'outbox')
+  const lane = sql.id(schema, 'outbox_lane')
+  const notify = channel === null ? sql`` : sql`, pg_notify(${channel}, '')`
+  await sql`
+    WITH input AS (
+      SELECT * FROM unnest(
+        ${eventIds}::uuid[], ${events.map((e) => e.aggregateType)}::text[], ${events.map((e) => e.aggregateId)}::text[],
+        ${sequences}::bigint[], ${events.map((e) => e.eventType)}::text[], ${events.map((e) => e.payloadJson)}::jsonb[]
+      ) AS t(event_id, aggregate_type, aggregate_id, sequence, event_type, payload)
+    ), lane AS (
+      INSERT INTO ${lane} (aggregate_type, aggregate_id)
+      SELECT DISTINCT aggregate_type, aggregate_id FROM input
+      ON CONFLICT DO NOTHING
+    ), inserted AS (
+      INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload)
+      SELECT event_id, aggregate_type, aggregate_id, sequence, event_type, payload FROM input
+      RETURNING 1
+    )
+    SELECT count(*)${notify} FROM inserted`.execute(trx)
+  return events.map((_, index) => ({ eventId: eventIds[index]!, sequence: sequences[index]! }))
+}
+
+/** Byte-wise comparison, so every process sorts keys the same way whatever its locale. */
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0
+}

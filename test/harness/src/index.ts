@@ -1,0 +1,8 @@
+export { openKysely, type TestDatabase, useTestDatabase, withDatabase } from './database.js'
+export {
+  type EmbeddedVersion,
+  type RunningPostgres,
+  type StartPostgresOptions,
+  startPostgres,
+} from './embedded-postgres.js'
+export { freePort } from './free-port.js'
