@@ -1,0 +1,229 @@
+import {
+  DEFAULT_SIGNATURE_TOLERANCE_SECONDS,
+  ProtocolError,
+  parseSigningSecrets,
+  type SigningKey,
+} from '@outbox/protocol'
+import type { Request } from 'express'
+import type { Kysely } from 'kysely'
+import { OutboxError } from './errors.js'
+import { DEFAULT_LOGGER, type Logger } from './logger.js'
+import type { Refusal } from './respond.js'
+
+/**
+ * How `dedupe` treats an aggregate's sequence numbers (the aggregate is the pair `aggregate_type`,
+ * `aggregate_id`).
+ *
+ * - `'monotonic'`: apply an event newer than the aggregate's cursor; an older event not seen before is recorded
+ *   and answered `stale_ignored` without running the handler.
+ * - `'strict'`: apply only the cursor's next sequence; a gap answers 409 (`sequence_gap`) and records nothing, so
+ *   the relay parks the lane until the missing event arrives; an unseen event at or below the cursor is
+ *   `stale_ignored`. Needs the producer's `onExhausted: 'block'` and an endpoint that receives every event of
+ *   the aggregate.
+ * - `'off'`: dedupe only; no cursor is kept.
+ */
+export type SequencePolicy = 'monotonic' | 'strict' | 'off'
+
+/**
+ * Under `sequence: 'strict'`, which sequence an aggregate's first event may carry: `1` (the aggregate's whole
+ * history must arrive) or `'any'` (a subscriber joining mid-stream starts at whatever arrives first).
+ */
+export type FirstSequence = 1 | 'any'
+
+/** Options of {@link createConsumer}. Checked once, when the consumer is created. */
+export interface ConsumerOptions<DB = any> {
+  /** The Kysely instance (not a transaction): each delivery runs in its own transaction on it. */
+  readonly db: Kysely<DB>
+  /**
+   * Standard Webhooks secret(s) (`whsec_…`); several during a rotation, any of which may sign. Without one,
+   * requests are not authenticated (a warning is logged once).
+   * @defaultValue undefined
+   */
+  readonly secret?: string | readonly string[]
+  /** The sequence policy; see {@link SequencePolicy}. @defaultValue 'monotonic' */
+  readonly sequence?: SequencePolicy
+  /** Under `'strict'` only: which sequence an aggregate's first event may have. @defaultValue 1 */
+  readonly firstSequence?: FirstSequence
+  /** PostgreSQL schema of `processed_events` and `consumer_cursors` (as given to `migrate`). @defaultValue the search_path */
+  readonly schema?: string
+  /** Largest accepted body in bytes, enforced while reading. @defaultValue 1048576 (1 MiB) */
+  readonly maxBodyBytes?: number
+  /** Accepted distance between `webhook-timestamp` and this server's clock, either way. @defaultValue 300 */
+  readonly toleranceSeconds?: number
+  /** Where refusals, failures and (at debug) outcomes are logged. @defaultValue warn/error to the console */
+  readonly logger?: Logger
+  /** Called for every refusal (4xx and 5xx) before it is answered; errors it throws are logged and ignored. */
+  readonly onError?: (refused: Refusal, req: Request) => void
+}
+
+/** The checked, fully defaulted and frozen form of {@link ConsumerOptions}. */
+export interface ResolvedConsumerOptions {
+  readonly db: Kysely<any>
+  readonly keys: readonly SigningKey[] | undefined
+  readonly sequence: SequencePolicy
+  readonly firstSequence: FirstSequence
+  readonly schema: string | undefined
+  readonly maxBodyBytes: number
+  readonly toleranceSeconds: number
+  readonly logger: Logger
+  readonly onError: ((refused: Refusal, req: Request) => void) | undefined
+}
+
+/**
+ * Default body limit: 1 MiB, above the producer's 256 KiB payload limit so every accepted event is deliverable.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_MAX_BODY_BYTES } from '@outbox/consumer'
+ * const limit = 4 * DEFAULT_MAX_BODY_BYTES
+ * ```
+ */
+export const DEFAULT_MAX_BODY_BYTES = 1_048_576
+
+/**
+ * Default sequence policy.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_SEQUENCE_POLICY } from '@outbox/consumer'
+ * console.log(DEFAULT_SEQUENCE_POLICY) // 'monotonic'
+ * ```
+ */
+export const DEFAULT_SEQUENCE_POLICY: SequencePolicy = 'monotonic'
+
+/** The producer's default payload limit; a smaller consumer limit would refuse events the relay must deliver. */
+const PRODUCER_DEFAULT_PAYLOAD_BYTES = 256 * 1024
+
+const KNOWN_OPTIONS = [
+  'db',
+  'secret',
+  'sequence',
+  'firstSequence',
+  'schema',
+  'maxBodyBytes',
+  'toleranceSeconds',
+  'logger',
+  'onError',
+] as const
+const POLICIES: readonly SequencePolicy[] = ['monotonic', 'strict', 'off']
+
+function invalid(message: string): OutboxError {
+  return new OutboxError('ERR_OUTBOX_INVALID_OPTION', `createConsumer: ${message}`)
+}
+
+/** Throws unless `value` looks like a Kysely instance that can open transactions. */
+export function checkDatabase(value: unknown, where: string): Kysely<any> {
+  const db = value as Partial<Kysely<any>> | null | undefined
+  if (typeof db !== 'object' || db === null || typeof db.selectFrom !== 'function') {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      `${where}: \`db\` must be a Kysely instance, e.g. new Kysely({ dialect: new PostgresDialect({ pool }) })`,
+    )
+  }
+  return db as Kysely<any>
+}
+
+/** Throws unless `value` is a usable schema name (or absent). */
+export function checkSchema(value: unknown, where: string): string | undefined {
+  if (value === undefined) return undefined
+  if (typeof value !== 'string' || value.length === 0 || value.length > 63) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      `${where}: \`schema\` must be a non-empty PostgreSQL identifier of at most 63 characters, or left out`,
+    )
+  }
+  return value
+}
+
+function isLogger(value: unknown): value is Logger {
+  if (typeof value !== 'object' || value === null) return false
+  const candidate = value as Record<string, unknown>
+  return (['debug', 'info', 'warn', 'error'] as const).every(
+    (level) => typeof candidate[level] === 'function',
+  )
+}
+
+/** Checks {@link ConsumerOptions} and returns the frozen, defaulted form; every message says what to do. */
+export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsumerOptions {
+  if (typeof options !== 'object' || options === null) {
+    throw invalid('pass an options object: createConsumer({ db, secret })')
+  }
+  for (const key of Object.keys(options)) {
+    if (!(KNOWN_OPTIONS as readonly string[]).includes(key)) {
+      // A typo such as `secrets` would otherwise silently turn signature checks off.
+      throw invalid(`unknown option \`${key}\`; known options are ${KNOWN_OPTIONS.join(', ')}`)
+    }
+  }
+  const db = checkDatabase(options.db, 'createConsumer')
+  if ((db as { isTransaction?: boolean }).isTransaction === true) {
+    throw invalid(
+      '`db` is a transaction; pass the Kysely instance itself — dedupe opens one transaction per delivery',
+    )
+  }
+
+  let keys: readonly SigningKey[] | undefined
+  if (options.secret !== undefined) {
+    try {
+      keys = parseSigningSecrets(options.secret)
+    } catch (error) {
+      const detail = error instanceof ProtocolError ? error.message : 'the secret is not usable'
+      throw new OutboxError('ERR_OUTBOX_INVALID_SECRET', `createConsumer: ${detail}`, { cause: error })
+    }
+  }
+
+  const sequence = options.sequence ?? DEFAULT_SEQUENCE_POLICY
+  if (!POLICIES.includes(sequence)) {
+    throw invalid(`\`sequence\` must be 'monotonic', 'strict' or 'off' (got ${JSON.stringify(sequence)})`)
+  }
+  if (options.firstSequence !== undefined) {
+    if (options.firstSequence !== 1 && options.firstSequence !== 'any') {
+      throw invalid(`\`firstSequence\` must be 1 or 'any' (got ${JSON.stringify(options.firstSequence)})`)
+    }
+    if (sequence !== 'strict') {
+      throw invalid("`firstSequence` only applies to sequence: 'strict'; remove it or set sequence: 'strict'")
+    }
+  }
+
+  const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
+  if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 1) {
+    throw invalid(`\`maxBodyBytes\` must be a positive whole number of bytes (got ${String(maxBodyBytes)})`)
+  }
+  const toleranceSeconds = options.toleranceSeconds ?? DEFAULT_SIGNATURE_TOLERANCE_SECONDS
+  if (typeof toleranceSeconds !== 'number' || !Number.isFinite(toleranceSeconds) || toleranceSeconds <= 0) {
+    throw invalid(
+      `\`toleranceSeconds\` must be a positive number of seconds (got ${String(toleranceSeconds)})`,
+    )
+  }
+  if (options.logger !== undefined && !isLogger(options.logger)) {
+    throw invalid('`logger` must have debug, info, warn and error methods (pino and console both fit)')
+  }
+  if (options.onError !== undefined && typeof options.onError !== 'function') {
+    throw invalid('`onError` must be a function (refusal, req) => void')
+  }
+
+  const logger = options.logger ?? DEFAULT_LOGGER
+  if (maxBodyBytes < PRODUCER_DEFAULT_PAYLOAD_BYTES) {
+    logger.warn(
+      'maxBodyBytes is below the producer default payload limit (256 KiB): larger events will get 413',
+      {
+        maxBodyBytes,
+      },
+    )
+  }
+  if (keys === undefined) {
+    logger.warn(
+      'no signing secret: webhooks are accepted without authentication; pass `secret` in production',
+    )
+  }
+  return Object.freeze({
+    db,
+    keys,
+    sequence,
+    firstSequence: options.firstSequence ?? 1,
+    schema: checkSchema(options.schema, 'createConsumer'),
+    maxBodyBytes,
+    toleranceSeconds,
+    logger,
+    onError: options.onError,
+  })
+}

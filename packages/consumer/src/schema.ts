@@ -1,0 +1,195 @@
+import {
+  DummyDriver,
+  type Generated,
+  Kysely,
+  PostgresAdapter,
+  PostgresIntrospector,
+  PostgresQueryCompiler,
+  sql,
+} from 'kysely'
+import { type Migration, Migrator } from 'kysely/migration'
+import { OutboxError } from './errors.js'
+import { checkDatabase, checkSchema } from './options.js'
+
+/** A row of `processed_events`: one event id this consumer has recorded (applied or stale). */
+export interface ProcessedEventsTable {
+  event_id: string
+  aggregate_type: string
+  aggregate_id: string
+  /** bigint: pg returns it as a string. */
+  sequence: string | number
+  type: string
+  received_at: Generated<Date>
+}
+
+/** A row of `consumer_cursors`: the highest sequence applied for one aggregate (type, id). */
+export interface ConsumerCursorsTable {
+  aggregate_type: string
+  aggregate_id: string
+  /** bigint: pg returns it as a string; 0 means nothing applied yet. */
+  last_sequence: string | number
+  updated_at: Generated<Date>
+}
+
+/**
+ * The consumer's tables, for typing a Kysely instance that reads them (e.g. an admin page).
+ *
+ * @example
+ * ```ts
+ * import type { ConsumerDatabase } from '@outbox/consumer'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ *
+ * const db = new Kysely<ConsumerDatabase>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const cursors = await db.selectFrom('consumer_cursors').selectAll().execute()
+ * ```
+ */
+export interface ConsumerDatabase {
+  processed_events: ProcessedEventsTable
+  consumer_cursors: ConsumerCursorsTable
+}
+
+/** Kysely migration table of this package, apart from the producer's `outbox_producer_migration`. */
+export const CONSUMER_MIGRATION_TABLE = 'outbox_consumer_migration'
+/** Kysely migration lock table of this package. */
+export const CONSUMER_MIGRATION_LOCK_TABLE = 'outbox_consumer_migration_lock'
+
+/** Options of {@link migrate} and {@link migrationSql}. */
+export interface MigrateOptions {
+  /** Schema to create the tables (and the migration tables) in; created if missing. @defaultValue the search_path */
+  readonly schema?: string
+}
+
+/** Returns `db` scoped to the consumer's schema, or unchanged when the search_path decides. */
+export function inSchema<T extends Kysely<any>>(db: T, schema: string | undefined): T {
+  return (schema === undefined ? db : db.withSchema(schema)) as T
+}
+
+/**
+ * The DDL of each migration as Kysely builders, so `migrate` and {@link migrationSql} can never disagree.
+ * `IF NOT EXISTS` lets a team paste the SQL into its own tool and run it again safely.
+ */
+function migration0001(db: Kysely<any>) {
+  return [
+    db.schema
+      .createTable('processed_events')
+      .ifNotExists()
+      .addColumn('event_id', 'uuid', (col) => col.primaryKey())
+      .addColumn('aggregate_type', 'text', (col) => col.notNull())
+      .addColumn('aggregate_id', 'text', (col) => col.notNull())
+      .addColumn('sequence', 'bigint', (col) => col.notNull().check(sql`sequence >= 1`))
+      .addColumn('type', 'text', (col) => col.notNull())
+      .addColumn('received_at', 'timestamptz', (col) => col.notNull().defaultTo(sql`now()`)),
+    // pruneProcessed deletes the oldest rows first in bounded batches: this index makes each batch a range scan.
+    db.schema
+      .createIndex('processed_events_received_at_idx')
+      .ifNotExists()
+      .on('processed_events')
+      .column('received_at'),
+    db.schema
+      .createTable('consumer_cursors')
+      .ifNotExists()
+      .addColumn('aggregate_type', 'text', (col) => col.notNull())
+      .addColumn('aggregate_id', 'text', (col) => col.notNull())
+      .addColumn('last_sequence', 'bigint', (col) =>
+        col.notNull().defaultTo(0).check(sql`last_sequence >= 0`),
+      )
+      .addColumn('updated_at', 'timestamptz', (col) => col.notNull().defaultTo(sql`now()`))
+      .addPrimaryKeyConstraint('consumer_cursors_pkey', ['aggregate_type', 'aggregate_id']),
+  ]
+}
+
+function migrations(schema: string | undefined): Record<string, Migration> {
+  return {
+    '0001_processed_events_and_cursors': {
+      async up(db) {
+        for (const statement of migration0001(inSchema(db, schema))) await statement.execute()
+      },
+      async down(db) {
+        const scoped = inSchema(db, schema)
+        await scoped.schema.dropTable('consumer_cursors').ifExists().execute()
+        await scoped.schema.dropTable('processed_events').ifExists().execute()
+      },
+    },
+  }
+}
+
+/**
+ * Creates or updates the consumer tables (`processed_events`, `consumer_cursors`).
+ *
+ * Idempotent and safe to run from several processes at once: Kysely's `Migrator` records what ran in
+ * `outbox_consumer_migration` (its own table, so it lives next to the producer's and the application's
+ * migrations in one database) and serializes concurrent runs. Throws {@link OutboxError}
+ * `ERR_OUTBOX_MIGRATION_FAILED` with the database error as `cause`.
+ *
+ * @example
+ * ```ts
+ * import { migrate } from '@outbox/consumer'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ *
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * await migrate(db)                          // tables in the search_path (usually public)
+ * await migrate(db, { schema: 'webhooks' })  // or in a schema of their own
+ * ```
+ */
+export async function migrate(db: Kysely<any>, options: MigrateOptions = {}): Promise<void> {
+  checkDatabase(db, 'migrate')
+  const schema = checkSchema(options.schema, 'migrate')
+  const migrator = new Migrator({
+    db,
+    provider: { getMigrations: async () => migrations(schema) },
+    migrationTableName: CONSUMER_MIGRATION_TABLE,
+    migrationLockTableName: CONSUMER_MIGRATION_LOCK_TABLE,
+    ...(schema === undefined ? {} : { migrationTableSchema: schema }),
+  })
+  const { error, results } = await migrator.migrateToLatest()
+  if (error !== undefined) {
+    const failed = results?.find((result) => result.status === 'Error')?.migrationName
+    throw new OutboxError(
+      'ERR_OUTBOX_MIGRATION_FAILED',
+      `migrate: the consumer tables could not be migrated${failed ? ` (migration ${failed})` : ''}: ${
+        error instanceof Error ? error.message : String(error)
+      }`,
+      { cause: error },
+    )
+  }
+}
+
+/** A Kysely that only compiles: it turns the migration builders into SQL text without a connection. */
+function compiler(): Kysely<any> {
+  return new Kysely<any>({
+    dialect: {
+      createAdapter: () => new PostgresAdapter(),
+      createDriver: () => new DummyDriver(),
+      createIntrospector: (db) => new PostgresIntrospector(db),
+      createQueryCompiler: () => new PostgresQueryCompiler(),
+    },
+  })
+}
+
+/**
+ * The consumer's DDL as one SQL script, for teams that run their own migration tool. It is compiled from the
+ * very builders `migrate` executes, and uses `IF NOT EXISTS` throughout, so running it twice is harmless. It does
+ * not write `outbox_consumer_migration`: use either this or {@link migrate}, not both.
+ *
+ * @example
+ * ```ts
+ * import { writeFileSync } from 'node:fs'
+ * import { migrationSql } from '@outbox/consumer'
+ * writeFileSync('migrations/20260101_outbox_consumer.sql', migrationSql({ schema: 'webhooks' }))
+ * ```
+ */
+export function migrationSql(options: MigrateOptions = {}): string {
+  const schema = checkSchema(options.schema, 'migrationSql')
+  const db = compiler()
+  const statements: string[] = []
+  if (schema !== undefined) statements.push(db.schema.createSchema(schema).ifNotExists().compile().sql)
+  for (const builder of migration0001(inSchema(db, schema))) {
+    const compiled = builder.compile()
+    // DDL cannot take bind parameters; the builders above only use literals, and this guard keeps it so.
+    if (compiled.parameters.length > 0) throw new Error('migrationSql: a DDL statement has parameters')
+    statements.push(compiled.sql)
+  }
+  return `${statements.join(';\n')};\n`
+}
