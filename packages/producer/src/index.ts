@@ -6,10 +6,25 @@ export {
   type RedriveResult,
   redrive,
 } from './dead-letters.js'
+export { buildBody, type DeliveryOutcome } from './delivery.js'
 export { type Duration, parseDuration } from './duration.js'
 export { type EnqueuedEvent, type EnqueueOptions, enqueue, enqueueMany } from './enqueue.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
 export { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput } from './event-input.js'
+export type { EventRef, RelayEventMap, RelayListener } from './events.js'
+export { consoleLogger, type Logger, type LogMethod, silentLogger } from './logger.js'
+export {
+  DEFAULT_BATCH_SIZE,
+  DEFAULT_CONCURRENCY,
+  DEFAULT_LEASE_MS,
+  DEFAULT_POLL_INTERVAL_MS,
+  DEFAULT_REQUEST_TIMEOUT_MS,
+  type Endpoint,
+  LEASE_MARGIN_MS,
+  type OnExhausted,
+  type RelayOptions,
+  type ResolvedRelayOptions,
+} from './options.js'
 export {
   DEFAULT_PRUNE_BATCH_SIZE,
   DEFAULT_PRUNE_MAX_BATCHES,
@@ -17,6 +32,13 @@ export {
   type PruneResult,
   prune,
 } from './prune.js'
+export { Relay, type RunOnceResult, type StopOptions } from './relay.js'
+export {
+  DEFAULT_RETRY_SCHEDULE,
+  MAX_CONFLICT_PARK_MS,
+  MAX_RETRY_AFTER_MS,
+  RETRY_JITTER,
+} from './retry-policy.js'
 export {
   type BlockedReason,
   type EventStatus,

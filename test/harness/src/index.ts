@@ -6,3 +6,4 @@ export {
   startPostgres,
 } from './embedded-postgres.js'
 export { freePort } from './free-port.js'
+export { type Sink, type SinkAnswer, type SinkRequest, startSink } from './sink.js'

@@ -38,8 +38,14 @@ export async function insertEvent(
       VALUES (${event.aggregateType}, ${event.aggregateId})
       ON CONFLICT DO NOTHING
     ), inserted AS (
-      INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload)
-      SELECT ${eventId}, ${event.aggregateType}, ${event.aggregateId}, counter.last_sequence, ${event.eventType}, ${event.payloadJson}::jsonb
+      INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload, available_at)
+      SELECT ${eventId}, ${event.aggregateType}, ${event.aggregateId}, counter.last_sequence, ${event.eventType}, ${event.payloadJson}::jsonb,
+        -- Join the lane's due time: behind a head in backoff (or a parked lane) the new row must not look due.
+        greatest(now(), coalesce((
+          SELECT p.available_at FROM ${outbox} p
+          WHERE p.aggregate_type = ${event.aggregateType} AND p.aggregate_id = ${event.aggregateId} AND p.status = 'pending'
+          ORDER BY p.sequence DESC LIMIT 1
+        ), now()))
       FROM counter
       RETURNING sequence
     )

@@ -61,8 +61,15 @@ export async function insertEvents(
       SELECT DISTINCT aggregate_type, aggregate_id FROM input
       ON CONFLICT DO NOTHING
     ), inserted AS (
-      INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload)
-      SELECT event_id, aggregate_type, aggregate_id, sequence, event_type, payload FROM input
+      INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload, available_at)
+      SELECT event_id, aggregate_type, aggregate_id, sequence, event_type, payload,
+        -- Join the lane's due time: behind a head in backoff (or a parked lane) a new row must not look due.
+        greatest(now(), coalesce((
+          SELECT p.available_at FROM ${outbox} p
+          WHERE p.aggregate_type = input.aggregate_type AND p.aggregate_id = input.aggregate_id AND p.status = 'pending'
+          ORDER BY p.sequence DESC LIMIT 1
+        ), now()))
+      FROM input
       RETURNING 1
     )
     SELECT count(*)${notify} FROM inserted`.execute(trx)

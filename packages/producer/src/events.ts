@@ -1,0 +1,112 @@
+import type { DeliveryStatus } from '@outbox/protocol'
+import type { Logger } from './logger.js'
+
+/** The event and lane an occurrence is about. */
+export interface EventRef {
+  readonly eventId: string
+  readonly eventType: string
+  readonly aggregateType: string
+  readonly aggregateId: string
+  readonly sequence: number
+}
+
+/**
+ * Everything a relay reports, by event name (`area:action[:outcome]`). Listeners that throw are caught and logged;
+ * there is no bare `'error'` event, so an unheard failure never crashes the process.
+ */
+export interface RelayEventMap {
+  /** A 2xx answer. `deliveryStatus` is the consumer's `status` when it sent one. */
+  'delivery:success': EventRef & {
+    readonly httpStatus: number
+    readonly deliveryStatus: DeliveryStatus | null
+    readonly attempts: number
+    /** Milliseconds from the event's enqueue to its 2xx. */
+    readonly latencyMs: number
+  }
+  /** An attempt failed; the lane waits `retryInMs` before its head is tried again. */
+  'delivery:retry': EventRef & {
+    readonly attempts: number
+    readonly httpStatus: number | null
+    readonly error: string
+    readonly retryInMs: number
+  }
+  /** Attempts ran out: the event is dead-lettered (kept, listed, redrivable). */
+  'delivery:dead': EventRef & {
+    readonly attempts: number
+    readonly httpStatus: number | null
+    readonly error: string
+    readonly onExhausted: 'skip' | 'block'
+  }
+  /** The consumer answered `stale_ignored`: it had already applied a later event of the aggregate. */
+  'delivery:stale': EventRef & { readonly httpStatus: number }
+  /** A lane was parked: by a 409 (`conflict`, retried after `retryInMs`) or by an exhausted event under `'block'`. */
+  'lane:blocked': {
+    readonly aggregateType: string
+    readonly aggregateId: string
+    readonly reason: 'conflict' | 'exhausted'
+    readonly eventId: string
+    readonly retryInMs: number | null
+  }
+  /** A lane was claimed after another claim expired without an outcome; its head was charged one attempt. */
+  'lane:takeover': {
+    readonly aggregateType: string
+    readonly aggregateId: string
+    readonly eventId: string
+    readonly attempts: number
+  }
+  /** Something went wrong outside one delivery (database unreachable, …); the relay keeps going and retries. */
+  'relay:error': { readonly error: unknown; readonly during: 'claim' | 'flush' | 'outcome' | 'listen' }
+  'relay:started': Record<string, never>
+  'relay:stopped': { readonly released: number; readonly aborted: number }
+}
+
+/** A listener of one relay event. */
+export type RelayListener<K extends keyof RelayEventMap> = (payload: RelayEventMap[K]) => void
+
+/** A minimal typed emitter that contains listener failures. */
+export class RelayEvents {
+  readonly #listeners = new Map<keyof RelayEventMap, Set<(payload: never) => void>>()
+  readonly #logger: Logger
+
+  constructor(logger: Logger) {
+    this.#logger = logger
+  }
+
+  /** Adds a listener; returns a function that removes it. */
+  on<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): () => void {
+    let set = this.#listeners.get(name)
+    if (!set) this.#listeners.set(name, (set = new Set()))
+    set.add(listener as (payload: never) => void)
+    return () => this.off(name, listener)
+  }
+
+  /** Adds a listener called at most once. */
+  once<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): () => void {
+    const off = this.on(name, (payload) => {
+      off()
+      listener(payload)
+    })
+    return off
+  }
+
+  off<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): void {
+    this.#listeners.get(name)?.delete(listener as (payload: never) => void)
+  }
+
+  /** Whether anyone listens (lets the relay skip building payloads nobody reads). */
+  has(name: keyof RelayEventMap): boolean {
+    return (this.#listeners.get(name)?.size ?? 0) > 0
+  }
+
+  emit<K extends keyof RelayEventMap>(name: K, payload: RelayEventMap[K]): void {
+    const set = this.#listeners.get(name)
+    if (!set) return
+    for (const listener of [...set]) {
+      try {
+        ;(listener as RelayListener<K>)(payload)
+      } catch (error) {
+        this.#logger.error({ event: name, err: error }, 'a relay event listener threw; the relay carries on')
+      }
+    }
+  }
+}

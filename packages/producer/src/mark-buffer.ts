@@ -1,0 +1,108 @@
+import type { LaneRelease, SentMark } from './sql/mark-sent.js'
+
+type Writer = (marks: readonly SentMark[], releases: readonly LaneRelease[]) => Promise<void>
+
+/**
+ * Collects 2xx marks and lane releases and writes them in batches: one statement per flush instead of one
+ * transaction per event. A flush starts when `maxBatch` marks are waiting, when a lane is released, or after
+ * `delayMs`; only one runs at a time, so under load batches grow by themselves. A failed write (database away) is
+ * retried with capped backoff; nothing is dropped until `abandon()`.
+ */
+export class MarkBuffer {
+  #marks: SentMark[] = []
+  #releases: LaneRelease[] = []
+  #waiters: (() => void)[] = []
+  #running: Promise<void> | undefined
+  #timer: NodeJS.Timeout | undefined
+  #failures = 0
+  #abandoned = false
+
+  constructor(
+    private readonly write: Writer,
+    private readonly onError: (error: unknown) => void,
+    private readonly delayMs = 2,
+    private readonly maxBatch = 1000,
+  ) {}
+
+  /** Queues a 2xx mark. */
+  mark(mark: SentMark): void {
+    this.#marks.push(mark)
+    this.#schedule(this.#marks.length >= this.maxBatch ? 0 : this.delayMs)
+  }
+
+  /** Queues a lane release; resolves once it (and every mark queued before it) is written. */
+  release(release: LaneRelease): Promise<void> {
+    this.#releases.push(release)
+    return this.flush()
+  }
+
+  /** Writes everything queued so far; resolves when it is written. */
+  flush(): Promise<void> {
+    if (this.#marks.length === 0 && this.#releases.length === 0 && !this.#running) return Promise.resolve()
+    const done = new Promise<void>((resolve) => this.#waiters.push(resolve))
+    this.#schedule(0)
+    return done
+  }
+
+  /** Gives up on whatever is still queued (the leases will expire) and resolves every waiter. */
+  abandon(): number {
+    this.#abandoned = true
+    const dropped = this.#marks.length + this.#releases.length
+    this.#marks = []
+    this.#releases = []
+    clearTimeout(this.#timer)
+    for (const resolve of this.#waiters.splice(0)) resolve()
+    return dropped
+  }
+
+  get pending(): number {
+    return this.#marks.length + this.#releases.length
+  }
+
+  #schedule(delayMs: number): void {
+    if (this.#running || this.#abandoned) return
+    if (this.#timer && delayMs > 0) return
+    clearTimeout(this.#timer)
+    this.#timer = setTimeout(() => {
+      this.#timer = undefined
+      this.#running = this.#run().finally(() => {
+        this.#running = undefined
+        if (this.#marks.length > 0 || this.#releases.length > 0)
+          this.#schedule(this.#failures > 0 ? 0 : this.delayMs)
+        else for (const resolve of this.#waiters.splice(0)) resolve()
+      })
+    }, delayMs)
+  }
+
+  async #run(): Promise<void> {
+    const marks = this.#marks
+    const releases = this.#releases
+    const waiters = this.#waiters
+    this.#marks = []
+    this.#releases = []
+    this.#waiters = []
+    if (marks.length === 0 && releases.length === 0) {
+      for (const resolve of waiters) resolve()
+      return
+    }
+    try {
+      await this.write(marks, releases)
+      this.#failures = 0
+      for (const resolve of waiters) resolve()
+    } catch (error) {
+      this.onError(error)
+      this.#failures += 1
+      if (this.#abandoned) {
+        for (const resolve of waiters) resolve()
+        return
+      }
+      // Keep order: what failed goes back in front of anything queued meanwhile.
+      this.#marks = marks.concat(this.#marks)
+      this.#releases = releases.concat(this.#releases)
+      this.#waiters = waiters.concat(this.#waiters)
+      await new Promise((resolve) =>
+        setTimeout(resolve, Math.min(5000, 50 * 2 ** Math.min(this.#failures, 7))),
+      )
+    }
+  }
+}

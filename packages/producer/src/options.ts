@@ -1,0 +1,172 @@
+import { type OutboxEvent, parseSigningSecrets, type SigningKey } from '@outbox/protocol'
+import type { Kysely } from 'kysely'
+import { OutboxError } from './errors.js'
+import { consoleLogger, type Logger } from './logger.js'
+import { DEFAULT_RETRY_SCHEDULE } from './retry-policy.js'
+import { resolveSchema } from './schema-name.js'
+
+/** Where an event goes: one URL, or a function of the event (per tenant). All events of one aggregate must map to the same URL. */
+export type Endpoint = string | ((event: OutboxEvent<unknown>) => string)
+
+/** What happens when an event has used all its attempts and is dead-lettered. */
+export type OnExhausted = 'skip' | 'block'
+
+/** Options of {@link Relay}. */
+export interface RelayOptions {
+  /** The database holding the outbox (a Kysely instance on a pool; the relay never holds a connection between queries). */
+  readonly db: Kysely<any>
+  /** The subscriber's URL, or a function of the event returning it. */
+  readonly endpoint: Endpoint
+  /** Standard Webhooks secret(s) `whsec_…`; with several, every request carries one signature per secret (rotation). */
+  readonly signingSecret?: string | readonly string[]
+  /** How long a claim owns its lane. @defaultValue 60000 */
+  readonly leaseMs?: number
+  /** Timeout of one webhook request, headers and body. Must leave a margin inside `leaseMs`. @defaultValue 10000 */
+  readonly requestTimeoutMs?: number
+  /** Most events taken from one lane per claim (the head and the contiguous rows behind it). @defaultValue 200 */
+  readonly batchSize?: number
+  /** Lanes (aggregates) delivered in parallel; each lane has at most one request in flight. @defaultValue 16 */
+  readonly concurrency?: number
+  /** Milliseconds to wait after the 1st, 2nd, … failed attempt, each ±20%; `maxAttempts = length + 1`. @defaultValue 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h */
+  readonly retrySchedule?: readonly number[]
+  /** After the last attempt fails: `'skip'` dead-letters and moves the lane on; `'block'` parks the lane until redrive. @defaultValue 'skip' */
+  readonly onExhausted?: OnExhausted
+  /** How often an idle relay looks for work. @defaultValue 200 */
+  readonly pollIntervalMs?: number
+  /** Where the relay logs (pino-compatible). @defaultValue warnings and errors to the console */
+  readonly logger?: Logger
+  /** Schema of the producer tables. @defaultValue 'public' */
+  readonly schema?: string
+}
+
+/** Default of {@link RelayOptions.leaseMs}. */
+export const DEFAULT_LEASE_MS = 60_000
+/** Default of {@link RelayOptions.requestTimeoutMs}. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 10_000
+/** Default of {@link RelayOptions.batchSize}. */
+export const DEFAULT_BATCH_SIZE = 200
+/** Default of {@link RelayOptions.concurrency}. */
+export const DEFAULT_CONCURRENCY = 16
+/** Default of {@link RelayOptions.pollIntervalMs}. */
+export const DEFAULT_POLL_INTERVAL_MS = 200
+/**
+ * Time a lease must still have, beyond the request timeout, before a request starts: it covers the claim's round
+ * trip and the teardown of a timed-out request, so a request never outlives the lease that allowed it.
+ */
+export const LEASE_MARGIN_MS = 250
+
+/** {@link RelayOptions} checked, defaulted and frozen. */
+export interface ResolvedRelayOptions {
+  readonly db: Kysely<any>
+  readonly endpoint: (event: OutboxEvent<unknown>) => string
+  readonly signingKeys: readonly SigningKey[]
+  readonly leaseMs: number
+  readonly requestTimeoutMs: number
+  readonly batchSize: number
+  readonly concurrency: number
+  readonly retrySchedule: readonly number[]
+  readonly maxAttempts: number
+  readonly onExhausted: OnExhausted
+  readonly pollIntervalMs: number
+  readonly logger: Logger
+  readonly schema: string
+}
+
+function invalid(message: string): never {
+  throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', message)
+}
+
+function integer(
+  value: unknown,
+  fallback: number,
+  name: string,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+): number {
+  const resolved = value ?? fallback
+  if (typeof resolved !== 'number' || !Number.isSafeInteger(resolved) || resolved < min || resolved > max) {
+    invalid(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}`)
+  }
+  return resolved
+}
+
+/** Checks an endpoint URL: absolute http(s), no credentials in it (they would end up in logs). */
+export function checkEndpointUrl(url: unknown, name = 'endpoint'): string {
+  if (typeof url !== 'string') invalid(`${name} must be an absolute http(s) URL string, got ${typeof url}`)
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+  } catch {
+    invalid(`${name} is not a valid URL: ${JSON.stringify(url)} (expected e.g. https://example.com/hooks)`)
+  }
+  if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
+    invalid(`${name} must use http or https, got ${parsed.protocol.replace(':', '')}`)
+  }
+  return url
+}
+
+/** Validates relay options once, at construction, with messages that say what to change. */
+export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
+  if (typeof options !== 'object' || options === null)
+    invalid('Relay needs an options object: new Relay({ db, endpoint })')
+  const { db } = options
+  if (
+    typeof db !== 'object' ||
+    db === null ||
+    typeof (db as { selectFrom?: unknown }).selectFrom !== 'function'
+  ) {
+    invalid('db must be a Kysely instance (new Kysely({ dialect: new PostgresDialect({ pool }) }))')
+  }
+  let endpoint: (event: OutboxEvent<unknown>) => string
+  if (typeof options.endpoint === 'function') endpoint = options.endpoint
+  else {
+    const url = checkEndpointUrl(options.endpoint)
+    endpoint = () => url
+  }
+  let signingKeys: readonly SigningKey[] = []
+  if (options.signingSecret !== undefined) {
+    try {
+      signingKeys = parseSigningSecrets(options.signingSecret)
+    } catch (error) {
+      invalid(`signingSecret: ${error instanceof Error ? error.message : String(error)}`)
+    }
+  }
+  const leaseMs = integer(options.leaseMs, DEFAULT_LEASE_MS, 'leaseMs', 100)
+  const requestTimeoutMs = integer(
+    options.requestTimeoutMs,
+    DEFAULT_REQUEST_TIMEOUT_MS,
+    'requestTimeoutMs',
+    1,
+  )
+  if (requestTimeoutMs + LEASE_MARGIN_MS >= leaseMs) {
+    invalid(
+      `requestTimeoutMs (${requestTimeoutMs}) + a ${LEASE_MARGIN_MS} ms margin must be below leaseMs (${leaseMs}): a request must never outlive the lease that allowed it; raise leaseMs or lower requestTimeoutMs`,
+    )
+  }
+  const retrySchedule = options.retrySchedule ?? DEFAULT_RETRY_SCHEDULE
+  if (
+    !Array.isArray(retrySchedule) ||
+    retrySchedule.some((delay) => typeof delay !== 'number' || !Number.isFinite(delay) || delay < 0)
+  ) {
+    invalid('retrySchedule must be an array of non-negative millisecond delays, e.g. [5000, 300000]')
+  }
+  const onExhausted = options.onExhausted ?? 'skip'
+  if (onExhausted !== 'skip' && onExhausted !== 'block') {
+    invalid(`onExhausted must be 'skip' or 'block', got ${JSON.stringify(onExhausted)}`)
+  }
+  return Object.freeze({
+    db,
+    endpoint,
+    signingKeys,
+    leaseMs,
+    requestTimeoutMs,
+    batchSize: integer(options.batchSize, DEFAULT_BATCH_SIZE, 'batchSize', 1, 10_000),
+    concurrency: integer(options.concurrency, DEFAULT_CONCURRENCY, 'concurrency', 1, 1_000),
+    retrySchedule: Object.freeze([...retrySchedule]),
+    maxAttempts: retrySchedule.length + 1,
+    onExhausted,
+    pollIntervalMs: integer(options.pollIntervalMs, DEFAULT_POLL_INTERVAL_MS, 'pollIntervalMs', 1),
+    logger: options.logger ?? consoleLogger,
+    schema: resolveSchema(options.schema),
+  })
+}

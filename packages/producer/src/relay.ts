@@ -1,0 +1,339 @@
+import { WebhookSender } from './delivery.js'
+import { type RelayEventMap, RelayEvents, type RelayListener } from './events.js'
+import {
+  type ClaimedLane,
+  deliverLane,
+  type LaneContext,
+  type LaneResult,
+  settleFailure,
+} from './lane-worker.js'
+import { MarkBuffer } from './mark-buffer.js'
+import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
+import { claimLanes } from './sql/claim-lanes.js'
+import { countTakeoverAttempts } from './sql/count-takeover-attempts.js'
+import { markSentAndRelease } from './sql/mark-sent.js'
+import { selectLaneEvents } from './sql/select-lane-events.js'
+
+/** What one {@link Relay.runOnce} did. */
+export interface RunOnceResult {
+  /** Events answered 2xx. */
+  readonly delivered: number
+  /** Failed attempts that will be retried (409 parks included). */
+  readonly failed: number
+  /** Events dead-lettered. */
+  readonly dead: number
+}
+
+/** Options of {@link Relay.stop}. */
+export interface StopOptions {
+  /** How long to wait for in-flight requests before aborting them. @defaultValue 10000 */
+  readonly timeoutMs?: number
+}
+
+/** Rows scanned from the due index per claimed lane wanted; bounds one claim's work on a backlog. */
+const SCAN_ROWS_PER_LANE = 64
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/**
+ * Delivers outbox events as webhooks: claims lanes (one per aggregate) with leases, POSTs each lane's events in
+ * sequence order, marks them sent after a 2xx, retries failures on a schedule and dead-letters what never succeeds.
+ *
+ * Run as many relays as you like, in as many processes: a lane is owned by one live claim at a time, so one
+ * aggregate's events are never sent out of order or two at a time, while different aggregates flow in parallel.
+ * Delivery is at least once (a crash after a 2xx but before its mark sends it again, with the same event id).
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { Relay } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * const relay = new Relay({ db, endpoint: 'https://billing.internal/hooks', signingSecret: process.env.OUTBOX_SIGNING_SECRET })
+ * relay.on('delivery:dead', (event) => console.error('dead letter', event.eventId, event.error))
+ * await relay.start()
+ * process.once('SIGTERM', () => void relay.stop({ timeoutMs: 10_000 }))
+ * ```
+ */
+export class Relay {
+  readonly #options: ResolvedRelayOptions
+  readonly #events: RelayEvents
+  readonly #sender: WebhookSender
+  readonly #marks: MarkBuffer
+  readonly #active = new Set<Promise<LaneResult>>()
+  #state: 'idle' | 'running' | 'stopping' = 'idle'
+  #abort = new AbortController()
+  #loop: Promise<void> | undefined
+  #stopping: Promise<void> | undefined
+  #wake: (() => void) | undefined
+  #closed = false
+
+  /** Checks every option now and throws `OutboxError` (`ERR_OUTBOX_INVALID_OPTIONS`) with what to change. */
+  constructor(options: RelayOptions) {
+    this.#options = resolveRelayOptions(options)
+    this.#events = new RelayEvents(this.#options.logger)
+    this.#sender = new WebhookSender({
+      keys: this.#options.signingKeys,
+      timeoutMs: this.#options.requestTimeoutMs,
+      connections: this.#options.concurrency,
+    })
+    this.#marks = new MarkBuffer(
+      async (marks, releases) => {
+        await markSentAndRelease(this.#options.db, this.#options.schema, marks, releases)
+      },
+      (error) => this.#reportError(error, 'flush'),
+    )
+  }
+
+  /** The resolved, frozen options (secrets are not exposed). */
+  get options(): Omit<ResolvedRelayOptions, 'signingKeys'> {
+    const { signingKeys: _keys, ...rest } = this.#options
+    return rest
+  }
+
+  /** True between `start()` and the end of `stop()`. */
+  get running(): boolean {
+    return this.#state !== 'idle'
+  }
+
+  /** Subscribes to a relay event; returns the unsubscribe function. */
+  on<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): () => void {
+    return this.#events.on(name, listener)
+  }
+
+  /** Subscribes for one occurrence. */
+  once<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): () => void {
+    return this.#events.once(name, listener)
+  }
+
+  /** Removes a listener. */
+  off<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): void {
+    this.#events.off(name, listener)
+  }
+
+  /**
+   * One claim-and-deliver cycle: claims up to `concurrency` due lanes, delivers them, writes the marks, and
+   * returns what happened. For tests, scripts and cron-style use; a long-running service calls {@link start}.
+   */
+  async runOnce(): Promise<RunOnceResult> {
+    const lanes = await this.#claim(this.#options.concurrency)
+    const results = await Promise.all(lanes.map((lane) => this.#deliver(lane)))
+    await this.#marks.flush()
+    return results.reduce<RunOnceResult>(
+      (sum, one) => ({
+        delivered: sum.delivered + one.delivered,
+        failed: sum.failed + one.failed,
+        dead: sum.dead + one.dead,
+      }),
+      { delivered: 0, failed: 0, dead: 0 },
+    )
+  }
+
+  /** Starts claiming and delivering in the background. Calling it again while running does nothing. */
+  async start(): Promise<void> {
+    if (this.#closed) throw new Error('this relay was stopped; create a new Relay to start again')
+    if (this.#state !== 'idle') return
+    this.#state = 'running'
+    this.#abort = new AbortController()
+    this.#loop = this.#run()
+    this.#events.emit('relay:started', {})
+    this.#options.logger.info({ concurrency: this.#options.concurrency }, 'relay started (polling)')
+  }
+
+  /**
+   * Stops gracefully: stops claiming, lets in-flight requests finish (aborting them after `timeoutMs`), writes
+   * pending marks and hands every lane back at once, so another relay picks them up without waiting for a lease.
+   * Safe to call twice; resolves when done.
+   */
+  async stop(options: StopOptions = {}): Promise<void> {
+    if (this.#stopping) return await this.#stopping
+    if (this.#state === 'idle') return
+    this.#stopping = this.#shutdown(options.timeoutMs ?? 10_000)
+    await this.#stopping
+  }
+
+  /** `await using relay = new Relay(…)` stops it at the end of the scope. */
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.stop()
+  }
+
+  async #shutdown(timeoutMs: number): Promise<void> {
+    this.#state = 'stopping'
+    this.#wake?.()
+    let aborted = 0
+    const settled = Promise.allSettled([...this.#active])
+    const timer = setTimeout(() => {
+      aborted = this.#active.size
+      this.#abort.abort()
+    }, timeoutMs)
+    await settled
+    clearTimeout(timer)
+    await this.#loop
+    const released = this.#marks.pending
+    await Promise.race([this.#marks.flush(), sleep(Math.max(1000, timeoutMs))])
+    this.#marks.abandon()
+    await this.#sender.close()
+    this.#state = 'idle'
+    this.#closed = true
+    this.#stopping = undefined
+    this.#events.emit('relay:stopped', { released, aborted })
+    this.#options.logger.info({ aborted }, 'relay stopped')
+  }
+
+  async #run(): Promise<void> {
+    let errors = 0
+    while (this.#state === 'running') {
+      const free = this.#options.concurrency - this.#active.size
+      let claimed = 0
+      if (free > 0) {
+        try {
+          const lanes = await this.#claim(free)
+          claimed = lanes.length
+          errors = 0
+          for (const lane of lanes) {
+            const work = this.#deliver(lane)
+            this.#active.add(work)
+            void work.finally(() => {
+              this.#active.delete(work)
+              this.#wake?.()
+            })
+          }
+        } catch (error) {
+          errors += 1
+          this.#reportError(error, 'claim')
+          await this.#idle(Math.min(30_000, this.#options.pollIntervalMs * 2 ** Math.min(errors, 8)))
+          continue
+        }
+      }
+      if (this.#state !== 'running') break
+      // A full claim may leave more due lanes behind it: go again at once. Otherwise wait for a lane to finish
+      // (a slot frees up) or for the poll interval.
+      if (free > 0 && claimed === free) continue
+      await this.#idle(this.#options.pollIntervalMs)
+    }
+  }
+
+  #idle(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms)
+      function done() {
+        clearTimeout(timer)
+        resolve()
+      }
+      this.#wake = () => {
+        this.#wake = undefined
+        done()
+      }
+    })
+  }
+
+  async #claim(lanes: number): Promise<ClaimedLane[]> {
+    const { db, schema, leaseMs, batchSize } = this.#options
+    // Taken before the claim is sent: the local deadline can only be earlier than the database's.
+    const deadline = performance.now() + leaseMs
+    const rows = await claimLanes(db, schema, lanes, leaseMs, Math.max(lanes * SCAN_ROWS_PER_LANE, 256))
+    if (rows.length === 0) return []
+    const events = await selectLaneEvents(
+      db,
+      schema,
+      rows.map((row) => row.claim_token),
+      batchSize,
+    )
+    const byToken = new Map<string, ClaimedLane>()
+    for (const row of rows) {
+      byToken.set(row.claim_token, {
+        aggregateType: row.aggregate_type,
+        aggregateId: row.aggregate_id,
+        claimToken: row.claim_token,
+        conflictCount: row.conflict_count,
+        deadline,
+        events: [],
+      })
+    }
+    for (const event of events) byToken.get(event.claim_token)?.events.push(event)
+    const takenOver = rows.filter(
+      (row) => row.taken_over && (byToken.get(row.claim_token)?.events.length ?? 0) > 0,
+    )
+    if (takenOver.length > 0) {
+      const heads = takenOver.map((row) => ({
+        claimToken: row.claim_token,
+        id: byToken.get(row.claim_token)!.events[0]!.id,
+      }))
+      const attempts = await countTakeoverAttempts(db, schema, heads)
+      for (const head of heads) {
+        const lane = byToken.get(head.claimToken)!
+        const counted = attempts.get(String(head.id))
+        if (counted !== undefined) lane.events[0]!.attempts = counted
+        this.#events.emit('lane:takeover', {
+          aggregateType: lane.aggregateType,
+          aggregateId: lane.aggregateId,
+          eventId: lane.events[0]!.event_id,
+          attempts: counted ?? lane.events[0]!.attempts,
+        })
+      }
+    }
+    return [...byToken.values()]
+  }
+
+  async #deliver(lane: ClaimedLane): Promise<LaneResult> {
+    const context = this.#context()
+    try {
+      const head = lane.events[0]
+      if (!head) {
+        // Its events were delivered by the previous owner between our claim and our read: just hand it back.
+        await this.#marks.release({ claimToken: lane.claimToken, delivered: false })
+        return { delivered: 0, failed: 0, dead: 0 }
+      }
+      if (head.attempts >= this.#options.maxAttempts) {
+        // Taken over from claims that kept dying on this head: it has used its attempts.
+        const result = { delivered: 0, failed: 0, dead: 0 }
+        await settleFailure(
+          context,
+          lane,
+          {
+            eventId: head.event_id,
+            type: head.event_type,
+            aggregateType: head.aggregate_type,
+            aggregateId: head.aggregate_id,
+            sequence: Number(head.sequence),
+            occurredAt: head.created_at.toISOString(),
+            data: undefined,
+          },
+          {
+            claimToken: lane.claimToken,
+            id: head.id,
+            attempts: head.attempts,
+            httpStatus: null,
+            error: 'claims on this event kept expiring without an outcome (the relay crashed or hung on it)',
+            attemptedAt: new Date(),
+          },
+          undefined,
+          result,
+        )
+        return result
+      }
+      return await deliverLane(context, lane)
+    } catch (error) {
+      // The database failed under us mid-lane; the lease will expire and another claim takes over.
+      this.#reportError(error, 'outcome')
+      return { delivered: 0, failed: 0, dead: 0 }
+    }
+  }
+
+  #context(): LaneContext {
+    return {
+      options: this.#options,
+      sender: this.#sender,
+      marks: this.#marks,
+      events: this.#events,
+      stopping: () => this.#state === 'stopping',
+      abort: this.#abort.signal,
+    }
+  }
+
+  #reportError(error: unknown, during: RelayEventMap['relay:error']['during']): void {
+    this.#options.logger.error({ err: error, during }, `relay ${during} failed; retrying`)
+    this.#events.emit('relay:error', { error, during })
+  }
+}

@@ -1,0 +1,75 @@
+import { type Kysely, sql } from 'kysely'
+
+/** A lane this relay now owns. */
+export interface ClaimedLaneRow {
+  aggregate_type: string
+  aggregate_id: string
+  claim_token: string
+  /** The previous claim expired without releasing: its relay died or hung, maybe mid-request. */
+  taken_over: boolean
+  /** Consecutive 409 parks so far, for the growing park delay. */
+  conflict_count: number
+}
+
+/**
+ * Claims up to `lanes` free lanes whose head is due, under a fresh token and a lease in DATABASE time.
+ *
+ * Shape, and the races it closes:
+ * - Candidates come from the due index (`available_at <= now()` over pending rows), skipping rows of lanes under
+ *   a live lease, so lanes waiting in backoff are never scanned and in-flight lanes cost one probe per row.
+ * - The head (lowest pending sequence) is computed BEFORE any due filter: a lane whose head waits in backoff is
+ *   not claimed even though a later row of it looks due. That is the ordering rule.
+ * - `FOR UPDATE SKIP LOCKED` on the lane row: concurrent relays never wait for each other and never claim the same
+ *   lane; READ COMMITTED re-checks the lease condition on the latest row version before locking it.
+ * - Lanes parked by `onExhausted: 'block'` are never claimed; their rows sit at `available_at = 'infinity'`.
+ */
+export async function claimLanes(
+  db: Kysely<any>,
+  schema: string,
+  lanes: number,
+  leaseMs: number,
+  scanRows: number,
+): Promise<ClaimedLaneRow[]> {
+  const outbox = sql.id(schema, 'outbox')
+  const lane = sql.id(schema, 'outbox_lane')
+  const { rows } = await sql<ClaimedLaneRow>`
+    WITH due AS (
+      SELECT o.aggregate_type, o.aggregate_id, min(o.available_at) AS first_due
+      FROM (
+        SELECT aggregate_type, aggregate_id, available_at FROM ${outbox} o
+        WHERE o.status = 'pending' AND o.available_at <= now()
+          AND NOT EXISTS (
+            SELECT 1 FROM ${lane} busy
+            WHERE busy.aggregate_type = o.aggregate_type AND busy.aggregate_id = o.aggregate_id
+              AND busy.claim_token IS NOT NULL AND busy.leased_until > now()
+          )
+        ORDER BY o.available_at
+        LIMIT ${scanRows}
+      ) o
+      GROUP BY o.aggregate_type, o.aggregate_id
+    ), picked AS (
+      SELECT l.aggregate_type, l.aggregate_id, (l.claim_token IS NOT NULL) AS taken_over
+      FROM ${lane} l
+      JOIN due ON due.aggregate_type = l.aggregate_type AND due.aggregate_id = l.aggregate_id
+      WHERE (l.claim_token IS NULL OR l.leased_until <= now())
+        AND l.blocked_reason IS DISTINCT FROM 'exhausted'
+        AND (
+          SELECT head.available_at FROM ${outbox} head
+          WHERE head.aggregate_type = l.aggregate_type AND head.aggregate_id = l.aggregate_id
+            AND head.status = 'pending'
+          ORDER BY head.sequence
+          LIMIT 1
+        ) <= now()
+      ORDER BY due.first_due
+      LIMIT ${lanes}
+      FOR UPDATE OF l SKIP LOCKED
+    )
+    UPDATE ${lane} l
+    SET claim_token = gen_random_uuid(), leased_until = now() + ${leaseMs} * interval '1 millisecond'
+    FROM picked
+    WHERE l.aggregate_type = picked.aggregate_type AND l.aggregate_id = picked.aggregate_id
+    RETURNING l.aggregate_type, l.aggregate_id, l.claim_token, picked.taken_over, l.conflict_count`.execute(
+    db,
+  )
+  return rows
+}

@@ -1,0 +1,42 @@
+import { type Kysely, sql } from 'kysely'
+import type { FailedAttempt } from './failed-attempt.js'
+
+/**
+ * Dead-letters a lane's head whose attempts are used up and releases the lane, fenced by the claim token.
+ *
+ * `'skip'`: the rows behind become due now, so the lane moves on at the next claim. `'block'`: the lane is marked
+ * blocked and its rows pushed to `'infinity'` (out of the due index) until a redrive resumes it in order.
+ */
+export async function deadLetterHead(
+  db: Kysely<any>,
+  schema: string,
+  failure: FailedAttempt,
+  onExhausted: 'skip' | 'block',
+): Promise<boolean> {
+  const outbox = sql.id(schema, 'outbox')
+  const lane = sql.id(schema, 'outbox_lane')
+  const block = onExhausted === 'block'
+  const { rows } = await sql<{ owned: boolean }>`
+    WITH released AS (
+      UPDATE ${lane}
+      SET claim_token = NULL, leased_until = NULL,
+          blocked_reason = CASE WHEN ${block} THEN 'exhausted' ELSE blocked_reason END,
+          blocked_at = CASE WHEN ${block} THEN now() ELSE blocked_at END
+      WHERE claim_token = ${failure.claimToken}
+      RETURNING aggregate_type, aggregate_id
+    ), head AS (
+      UPDATE ${outbox} o
+      SET status = 'dead', dead_at = now(), attempts = ${failure.attempts}, last_status = ${failure.httpStatus},
+          last_error = ${failure.error}, last_attempt_at = ${failure.attemptedAt}
+      FROM released
+      WHERE o.id = ${failure.id} AND o.status = 'pending'
+    ), lane_rows AS (
+      UPDATE ${outbox} o
+      SET available_at = CASE WHEN ${block} THEN 'infinity'::timestamptz ELSE now() END
+      FROM released
+      WHERE o.aggregate_type = released.aggregate_type AND o.aggregate_id = released.aggregate_id
+        AND o.status = 'pending' AND o.id <> ${failure.id}
+    )
+    SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)
+  return rows[0]?.owned === true
+}

@@ -1,0 +1,35 @@
+import { type Kysely, sql } from 'kysely'
+
+/**
+ * Parks a lane after a 409 (the consumer waits for an earlier sequence it never got): NOT an attempt — the head's
+ * attempts stay — but the lane is reported blocked and waits a capped, growing delay before it tries again,
+ * because waiting alone never heals the gap. Releases the lane; fenced by the claim token.
+ */
+export async function parkLane(
+  db: Kysely<any>,
+  schema: string,
+  park: { claimToken: string; id: string; error: string; attemptedAt: Date },
+  delayMs: number,
+): Promise<boolean> {
+  const outbox = sql.id(schema, 'outbox')
+  const lane = sql.id(schema, 'outbox_lane')
+  const { rows } = await sql<{ owned: boolean }>`
+    WITH released AS (
+      UPDATE ${lane}
+      SET claim_token = NULL, leased_until = NULL, blocked_reason = 'conflict',
+          blocked_at = coalesce(blocked_at, now()), conflict_count = conflict_count + 1
+      WHERE claim_token = ${park.claimToken}
+      RETURNING aggregate_type, aggregate_id
+    ), head AS (
+      UPDATE ${outbox} o SET last_status = 409, last_error = ${park.error}, last_attempt_at = ${park.attemptedAt}
+      FROM released
+      WHERE o.id = ${park.id} AND o.status = 'pending'
+    ), lane_rows AS (
+      UPDATE ${outbox} o SET available_at = now() + ${delayMs} * interval '1 millisecond'
+      FROM released
+      WHERE o.aggregate_type = released.aggregate_type AND o.aggregate_id = released.aggregate_id
+        AND o.status = 'pending'
+    )
+    SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)
+  return rows[0]?.owned === true
+}

@@ -1,0 +1,38 @@
+import { type Kysely, sql } from 'kysely'
+import type { FailedAttempt } from './failed-attempt.js'
+
+/**
+ * Records a failed attempt on a lane's head, sets the whole lane's due time to `delayMs` from now (database time)
+ * and releases the lane — one statement, fenced by the claim token (a stale owner changes nothing).
+ *
+ * Why every pending row of the lane moves, not just the head: the claim starts from the due index, and rows
+ * behind a waiting head must not look due, or every claim would scan them and find the head not ready.
+ */
+export async function scheduleRetry(
+  db: Kysely<any>,
+  schema: string,
+  failure: FailedAttempt,
+  delayMs: number,
+): Promise<boolean> {
+  const outbox = sql.id(schema, 'outbox')
+  const lane = sql.id(schema, 'outbox_lane')
+  const { rows } = await sql<{ owned: boolean }>`
+    WITH released AS (
+      UPDATE ${lane} SET claim_token = NULL, leased_until = NULL
+      WHERE claim_token = ${failure.claimToken}
+      RETURNING aggregate_type, aggregate_id
+    ), head AS (
+      UPDATE ${outbox} o
+      SET attempts = ${failure.attempts}, last_status = ${failure.httpStatus}, last_error = ${failure.error},
+          last_attempt_at = ${failure.attemptedAt}
+      FROM released
+      WHERE o.id = ${failure.id} AND o.status = 'pending'
+    ), lane_rows AS (
+      UPDATE ${outbox} o SET available_at = now() + ${delayMs} * interval '1 millisecond'
+      FROM released
+      WHERE o.aggregate_type = released.aggregate_type AND o.aggregate_id = released.aggregate_id
+        AND o.status = 'pending'
+    )
+    SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)
+  return rows[0]?.owned === true
+}

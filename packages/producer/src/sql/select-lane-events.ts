@@ -1,0 +1,47 @@
+import { type Kysely, sql } from 'kysely'
+
+/** One event of a claimed lane, ready to send. */
+export interface LaneEventRow {
+  id: string
+  claim_token: string
+  event_id: string
+  aggregate_type: string
+  aggregate_id: string
+  sequence: string
+  event_type: string
+  /** The payload as JSON text, spliced into the body unparsed. */
+  payload: string
+  created_at: Date
+  attempts: number
+}
+
+/**
+ * Reads the head and up to `batchSize - 1` rows behind it for each claimed lane, in sequence order.
+ *
+ * A separate statement from the claim on purpose: under READ COMMITTED it takes a fresh snapshot, so rows that the
+ * lane's previous owner marked sent just before our claim are not sent again. Fenced by the claim token, so a
+ * lane lost in between yields nothing. The payload is read as text: the relay splices it into the body without a
+ * parse/serialise round trip.
+ */
+export async function selectLaneEvents(
+  db: Kysely<any>,
+  schema: string,
+  tokens: readonly string[],
+  batchSize: number,
+): Promise<LaneEventRow[]> {
+  const outbox = sql.id(schema, 'outbox')
+  const lane = sql.id(schema, 'outbox_lane')
+  const { rows } = await sql<LaneEventRow>`
+    SELECT e.id, l.claim_token, e.event_id, e.aggregate_type, e.aggregate_id, e.sequence, e.event_type,
+           e.payload::text AS payload, e.created_at, e.attempts
+    FROM ${lane} l
+    CROSS JOIN LATERAL (
+      SELECT * FROM ${outbox} o
+      WHERE o.aggregate_type = l.aggregate_type AND o.aggregate_id = l.aggregate_id AND o.status = 'pending'
+      ORDER BY o.sequence
+      LIMIT ${batchSize}
+    ) e
+    WHERE l.claim_token = ANY(${tokens}::uuid[])
+    ORDER BY l.aggregate_type, l.aggregate_id, e.sequence`.execute(db)
+  return rows
+}

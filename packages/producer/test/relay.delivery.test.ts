@@ -1,0 +1,102 @@
+import { HEADERS } from '@outbox/protocol'
+import { startSink, useTestDatabase } from '@outbox/test-harness'
+import { Webhook } from 'standardwebhooks'
+import { describe, expect, it } from 'vitest'
+import { enqueue, Relay, silentLogger, stats } from '../src/index.js'
+
+const t = useTestDatabase()
+
+describe('relay delivery', () => {
+  it('delivers the wire contract, marks sent after 2xx, and records the consumer status', async () => {
+    const sink = await startSink()
+    try {
+      const { eventId } = await t.db
+        .transaction()
+        .execute((trx) =>
+          enqueue(trx, {
+            aggregateType: 'order',
+            aggregateId: 'w1',
+            eventType: 'order.created',
+            payload: { total: 12.5, items: ['a'] },
+          }),
+        )
+      const relay = new Relay({ db: t.db, endpoint: sink.url, logger: silentLogger })
+      expect(await relay.runOnce()).toEqual({ delivered: 1, failed: 0, dead: 0 })
+      expect(sink.requests).toHaveLength(1)
+      const request = sink.requests[0]!
+      expect(request.headers['content-type']).toBe('application/json')
+      expect(request.headers[HEADERS.idempotencyKey]).toBe(eventId)
+      expect(request.headers[HEADERS.eventSequence]).toBe('1')
+      expect(request.headers[HEADERS.webhookSignature]).toBeUndefined()
+      expect(Object.keys(request.json)).toEqual([
+        'event_id',
+        'type',
+        'aggregate_type',
+        'aggregate_id',
+        'sequence',
+        'occurred_at',
+        'data',
+      ])
+      expect(request.json).toMatchObject({
+        event_id: eventId,
+        type: 'order.created',
+        aggregate_type: 'order',
+        aggregate_id: 'w1',
+        sequence: 1,
+        data: { total: 12.5, items: ['a'] },
+      })
+      expect(new Date(request.json.occurred_at).toISOString()).toBe(request.json.occurred_at)
+      const row = await t.db
+        .selectFrom('outbox')
+        .selectAll()
+        .where('event_id', '=', eventId)
+        .executeTakeFirstOrThrow()
+      expect(row).toMatchObject({ status: 'sent', attempts: 1, last_status: 200, delivery_status: 'applied' })
+      expect(await relay.runOnce()).toEqual({ delivered: 0, failed: 0, dead: 0 })
+      expect((await stats(t.db)).pending).toBe(0)
+    } finally {
+      await sink.close()
+    }
+  })
+
+  it('signs with every secret so both verify with the public standardwebhooks package', async () => {
+    const secrets = [
+      'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+      `whsec_${Buffer.from('second-secret-of-24-bytes').toString('base64')}`,
+    ]
+    const sink = await startSink()
+    try {
+      await t.db
+        .transaction()
+        .execute((trx) =>
+          enqueue(trx, {
+            aggregateType: 'order',
+            aggregateId: 's1',
+            eventType: 'order.created',
+            payload: { a: 1 },
+          }),
+        )
+      const relay = new Relay({ db: t.db, endpoint: sink.url, signingSecret: secrets, logger: silentLogger })
+      await relay.runOnce()
+      const request = sink.requests[0]!
+      const signatures = String(request.headers[HEADERS.webhookSignature]).split(' ')
+      expect(signatures).toHaveLength(2)
+      const headers = {
+        'webhook-id': String(request.headers['webhook-id']),
+        'webhook-timestamp': String(request.headers['webhook-timestamp']),
+        'webhook-signature': String(request.headers['webhook-signature']),
+      }
+      expect(headers['webhook-id']).toBe(request.json.event_id)
+      for (const secret of secrets)
+        expect(new Webhook(secret).verify(request.body, headers)).toEqual(request.json)
+      expect(() =>
+        new Webhook(`whsec_${Buffer.from('not-the-secret').toString('base64')}`).verify(
+          request.body,
+          headers,
+        ),
+      ).toThrow()
+    } finally {
+      await sink.close()
+    }
+  })
+})
