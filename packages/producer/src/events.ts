@@ -75,7 +75,10 @@ export class RelayEvents {
   /** Adds a listener; returns a function that removes it. */
   on<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): () => void {
     let set = this.#listeners.get(name)
-    if (!set) this.#listeners.set(name, (set = new Set()))
+    if (!set) {
+      set = new Set()
+      this.#listeners.set(name, set)
+    }
     set.add(listener as (payload: never) => void)
     return () => this.off(name, listener)
   }

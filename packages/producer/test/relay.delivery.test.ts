@@ -10,16 +10,14 @@ describe('relay delivery', () => {
   it('delivers the wire contract, marks sent after 2xx, and records the consumer status', async () => {
     const sink = await startSink()
     try {
-      const { eventId } = await t.db
-        .transaction()
-        .execute((trx) =>
-          enqueue(trx, {
-            aggregateType: 'order',
-            aggregateId: 'w1',
-            eventType: 'order.created',
-            payload: { total: 12.5, items: ['a'] },
-          }),
-        )
+      const { eventId } = await t.db.transaction().execute((trx) =>
+        enqueue(trx, {
+          aggregateType: 'order',
+          aggregateId: 'w1',
+          eventType: 'order.created',
+          payload: { total: 12.5, items: ['a'] },
+        }),
+      )
       const relay = new Relay({ db: t.db, endpoint: sink.url, logger: silentLogger })
       expect(await relay.runOnce()).toEqual({ delivered: 1, failed: 0, dead: 0 })
       expect(sink.requests).toHaveLength(1)
@@ -66,16 +64,14 @@ describe('relay delivery', () => {
     ]
     const sink = await startSink()
     try {
-      await t.db
-        .transaction()
-        .execute((trx) =>
-          enqueue(trx, {
-            aggregateType: 'order',
-            aggregateId: 's1',
-            eventType: 'order.created',
-            payload: { a: 1 },
-          }),
-        )
+      await t.db.transaction().execute((trx) =>
+        enqueue(trx, {
+          aggregateType: 'order',
+          aggregateId: 's1',
+          eventType: 'order.created',
+          payload: { a: 1 },
+        }),
+      )
       const relay = new Relay({ db: t.db, endpoint: sink.url, signingSecret: secrets, logger: silentLogger })
       await relay.runOnce()
       const request = sink.requests[0]!

@@ -11,20 +11,18 @@ export async function seedEvents(
   for (let n = 0; n < count; n++) {
     await Promise.all(
       aggregates.map((id) =>
-        db
-          .transaction()
-          .execute((trx) =>
-            enqueue(
-              trx,
-              {
-                aggregateType: options.aggregateType ?? 'order',
-                aggregateId: id,
-                eventType: 'order.updated',
-                payload: { id, n },
-              },
-              { schema: options.schema },
-            ),
+        db.transaction().execute((trx) =>
+          enqueue(
+            trx,
+            {
+              aggregateType: options.aggregateType ?? 'order',
+              aggregateId: id,
+              eventType: 'order.updated',
+              payload: { id, n },
+            },
+            { schema: options.schema },
           ),
+        ),
       ),
     )
   }
