@@ -76,6 +76,24 @@ function checkTransport(req: Request, options: ResolvedConsumerOptions): Refusal
   return undefined
 }
 
+/**
+ * PostgreSQL `text` cannot hold U+0000, which JSON allows: without this check such an envelope would reach the
+ * database and fail there with a 500 — a client's mistake answered as a server error, retried forever.
+ */
+function checkStorable(event: OutboxEvent<unknown>): Refusal | undefined {
+  const fields = (['type', 'aggregate_type', 'aggregate_id'] as const).filter((field) =>
+    (field === 'type'
+      ? event.type
+      : field === 'aggregate_type'
+        ? event.aggregateType
+        : event.aggregateId
+    ).includes('\u0000'),
+  )
+  if (fields.length === 0) return undefined
+  const errors = fields.map((field) => `${field} must not contain the NUL character (U+0000)`)
+  return refusal('invalid_envelope', errors.join('; '), { eventId: event.eventId, extensions: { errors } })
+}
+
 /** Checks that the headers repeat the envelope's id and sequence (and, when signed, that webhook-id is the id). */
 function checkHeaders(req: Request, event: OutboxEvent<unknown>, signed: boolean): Refusal | undefined {
   const context = eventContext(event)
@@ -204,7 +222,7 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
       )
     }
     const event = parsed.event
-    const headerProblem = checkHeaders(req, event, resolved.keys !== undefined)
+    const headerProblem = checkStorable(event) ?? checkHeaders(req, event, resolved.keys !== undefined)
     if (headerProblem !== undefined) return refuse(req, res, headerProblem)
 
     let outcome: ApplyOutcome

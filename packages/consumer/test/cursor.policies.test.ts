@@ -7,6 +7,7 @@ import { judgeSequence } from '../src/cursor.js'
 import { type ConsumerOptions, createConsumer } from '../src/index.js'
 import {
   appWith,
+  closingPools,
   createEffects,
   cursorOf,
   delivery,
@@ -16,7 +17,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = useTestDatabase()
+const t = closingPools(useTestDatabase())
 
 beforeAll(async () => {
   await createEffects(t.db)

@@ -4,6 +4,7 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer } from '../src/index.js'
 import {
   appWith,
+  closingPools,
   countRows,
   createEffects,
   delivery,
@@ -17,7 +18,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = useTestDatabase()
+const t = closingPools(useTestDatabase())
 
 beforeAll(async () => {
   await createEffects(t.db)
@@ -106,7 +107,7 @@ describe('dedupe: one effect per event id', () => {
     expect(failed.text).not.toMatch(/\bat .+:\d+:\d+/) // no stack frame
     expect(await recorded(t.db, event)).toEqual({ processed: 0, effects: 0, cursor: undefined })
     expect(refusals).toHaveLength(1)
-    expect((refusals[0]?.cause as Error).message).toContain('payment service said no')
+    expect((refusals[0]!.cause as Error).message).toContain('payment service said no')
 
     fail = false
     const retried = await request(app).post('/hooks').set(headers).send(body)

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer, type SequencePolicy } from '../src/index.js'
 import {
   appWith,
+  closingPools,
   createEffects,
   cursorOf,
   delivery,
@@ -16,7 +17,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = useTestDatabase()
+const t = closingPools(useTestDatabase())
 let db: Kysely<any>
 
 interface Run {

@@ -6,6 +6,7 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer, OutboxError } from '../src/index.js'
 import {
   appWith,
+  closingPools,
   countRows,
   createEffects,
   delivery,
@@ -18,7 +19,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = useTestDatabase()
+const t = closingPools(useTestDatabase())
 
 beforeAll(async () => {
   await createEffects(t.db)
@@ -292,7 +293,7 @@ describe('dedupe refuses what is not a well-formed webhook, and records nothing'
         /mount dedupe without a JSON parser in front of it, or before the parser/,
       )
       expect(refusals[0]?.cause).toBeInstanceOf(OutboxError)
-      expect((refusals[0]?.cause as OutboxError).code).toBe('ERR_OUTBOX_BODY_ALREADY_PARSED')
+      expect((refusals[0]!.cause as OutboxError).code).toBe('ERR_OUTBOX_BODY_ALREADY_PARSED')
       expect(
         logger.lines.some((line) => line.level === 'error' && line.meta?.code === 'body_already_parsed'),
       ).toBe(true)

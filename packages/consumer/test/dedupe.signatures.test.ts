@@ -1,0 +1,207 @@
+import { useTestDatabase } from '@outbox/test-harness'
+import { Webhook } from 'standardwebhooks'
+import request from 'supertest'
+import { beforeAll, describe, expect, it } from 'vitest'
+import { createConsumer } from '../src/index.js'
+import {
+  appWith,
+  closingPools,
+  countRows,
+  createEffects,
+  delivery,
+  makeEvent,
+  newSecret,
+  quiet,
+  recorded,
+  writeEffect,
+} from './support.js'
+
+const t = closingPools(useTestDatabase())
+const secret = newSecret()
+
+beforeAll(async () => {
+  await createEffects(t.db)
+})
+
+function signedApp(secrets: string | string[], options: { toleranceSeconds?: number } = {}) {
+  let calls = 0
+  const { dedupe } = createConsumer({ db: t.db, secret: secrets, logger: quiet, ...options })
+  const app = appWith(
+    dedupe(async (event, trx) => {
+      calls++
+      await writeEffect(trx, event)
+    }),
+  )
+  return { app, calls: () => calls }
+}
+
+/** Signs with the public `standardwebhooks` package, as any Standard Webhooks sender would. */
+function signWithStandardWebhooks(key: string, id: string, body: string, at = new Date()) {
+  return {
+    'webhook-id': id,
+    'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
+    'webhook-signature': new Webhook(key).sign(id, at, body),
+  }
+}
+
+async function expectRefused(answer: request.Response, status: number, code: string) {
+  expect(answer.status).toBe(status)
+  expect(answer.headers['content-type']).toMatch(/^application\/problem\+json/)
+  expect(answer.body).toMatchObject({ status, code })
+  expect(await countRows(t.db, 'processed_events')).toBe(0)
+  expect(await countRows(t.db, 'effects')).toBe(0)
+}
+
+describe('dedupe with a signing secret', () => {
+  it('accepts a request signed by the public standardwebhooks package', async () => {
+    const { app, calls } = signedApp(secret)
+    const event = makeEvent({ aggregateId: 'sw-accepted' })
+    const { body, headers } = delivery(event)
+    const answer = await request(app)
+      .post('/hooks')
+      .set({ ...headers, ...signWithStandardWebhooks(secret, event.eventId, body) })
+      .send(body)
+    expect(answer.status).toBe(200)
+    expect(answer.body.status).toBe('applied')
+    expect(calls()).toBe(1)
+    expect(await recorded(t.db, event)).toEqual({ processed: 1, effects: 1, cursor: 1 })
+    await t.db.deleteFrom('processed_events').execute()
+    await t.db.deleteFrom('effects').execute()
+  })
+
+  it('refuses a tampered body (401 invalid_signature)', async () => {
+    const { app, calls } = signedApp(secret)
+    const event = makeEvent()
+    const { body, headers } = delivery(event, { secrets: secret })
+    const tampered = body.replace('"paid"', '"refunded"')
+    expect(tampered).not.toBe(body)
+    await expectRefused(
+      await request(app).post('/hooks').set(headers).send(tampered),
+      401,
+      'invalid_signature',
+    )
+    expect(calls()).toBe(0)
+  })
+
+  it('refuses a request signed with another secret (401 invalid_signature)', async () => {
+    const { app } = signedApp(secret)
+    const { body, headers } = delivery(makeEvent(), { secrets: newSecret() })
+    await expectRefused(await request(app).post('/hooks').set(headers).send(body), 401, 'invalid_signature')
+  })
+
+  it('refuses an expired timestamp and one from the future (401 timestamp_out_of_window)', async () => {
+    const { app } = signedApp(secret)
+    for (const offsetSeconds of [-301, 301, -3600, 3600]) {
+      const event = makeEvent()
+      const at = new Date(Date.now() + offsetSeconds * 1000)
+      const { body, headers } = delivery(event)
+      const answer = await request(app)
+        .post('/hooks')
+        .set({ ...headers, ...signWithStandardWebhooks(secret, event.eventId, body, at) })
+        .send(body)
+      await expectRefused(answer, 401, 'timestamp_out_of_window')
+    }
+  })
+
+  it('accepts a timestamp inside the window either way, and honours toleranceSeconds', async () => {
+    const wide = signedApp(secret)
+    const narrow = signedApp(secret, { toleranceSeconds: 60 })
+    const attempts = [-240, 240].map((offsetSeconds) =>
+      delivery(makeEvent({ aggregateId: `window${offsetSeconds}` }), {
+        secrets: secret,
+        timestamp: new Date(Date.now() + offsetSeconds * 1000),
+      }),
+    )
+    for (const { body, headers } of attempts) {
+      await expectRefused(
+        await request(narrow.app).post('/hooks').set(headers).send(body),
+        401,
+        'timestamp_out_of_window',
+      )
+    }
+    for (const { body, headers } of attempts) {
+      expect((await request(wide.app).post('/hooks').set(headers).send(body)).body.status).toBe('applied')
+    }
+    await t.db.deleteFrom('processed_events').execute()
+    await t.db.deleteFrom('consumer_cursors').execute()
+    await t.db.deleteFrom('effects').execute()
+  })
+
+  it('refuses a request without signature headers (401 missing_signature)', async () => {
+    const { app } = signedApp(secret)
+    const { body, headers } = delivery(makeEvent())
+    await expectRefused(await request(app).post('/hooks').set(headers).send(body), 401, 'missing_signature')
+  })
+
+  it('answers 401, not 400, to an unsigned malformed request: the signature is checked before parsing', async () => {
+    const { app } = signedApp(secret)
+    for (const body of ['{not json', '[]', '']) {
+      const answer = await request(app).post('/hooks').set({ 'content-type': 'application/json' }).send(body)
+      await expectRefused(answer, 401, 'missing_signature')
+      expect(answer.body.detail).not.toMatch(/json|envelope/i)
+    }
+  })
+
+  it('answers 400 to a correctly signed but malformed body', async () => {
+    const { app } = signedApp(secret)
+    const id = makeEvent().eventId
+    const body = '{not json'
+    const answer = await request(app)
+      .post('/hooks')
+      .set({ 'content-type': 'application/json', ...signWithStandardWebhooks(secret, id, body) })
+      .send(body)
+    await expectRefused(answer, 400, 'malformed_json')
+  })
+
+  it('refuses a signed request whose webhook-id is not the event id (400)', async () => {
+    const { app } = signedApp(secret)
+    const event = makeEvent()
+    const { body, headers } = delivery(event)
+    const answer = await request(app)
+      .post('/hooks')
+      .set({ ...headers, ...signWithStandardWebhooks(secret, makeEvent().eventId, body) })
+      .send(body)
+    await expectRefused(answer, 400, 'idempotency_key_mismatch')
+  })
+
+  describe('rotation', () => {
+    const oldSecret = newSecret()
+    const newerSecret = newSecret()
+
+    it('accepts a signature by either configured secret and refuses any other', async () => {
+      const { app } = signedApp([newerSecret, oldSecret])
+      for (const key of [oldSecret, newerSecret]) {
+        const event = makeEvent({ aggregateId: `rotation-${key.slice(6, 12)}` })
+        const { body, headers } = delivery(event, { secrets: key })
+        expect((await request(app).post('/hooks').set(headers).send(body)).body.status).toBe('applied')
+      }
+      const { body, headers } = delivery(makeEvent({ aggregateId: 'rotation-other' }), {
+        secrets: newSecret(),
+      })
+      expect((await request(app).post('/hooks').set(headers).send(body)).status).toBe(401)
+      expect(await countRows(t.db, 'processed_events')).toBe(2)
+      await t.db.deleteFrom('processed_events').execute()
+      await t.db.deleteFrom('consumer_cursors').execute()
+      await t.db.deleteFrom('effects').execute()
+    })
+
+    it('accepts a producer that signs with both secrets while the consumer knows only one', async () => {
+      const onlyOld = signedApp(oldSecret)
+      const onlyNew = signedApp(newerSecret)
+      for (const [name, consumer] of [
+        ['old', onlyOld],
+        ['new', onlyNew],
+      ] as const) {
+        const event = makeEvent({ aggregateId: `both-${name}` })
+        const { body, headers } = delivery(event, { secrets: [newerSecret, oldSecret] })
+        expect(headers['webhook-signature']?.split(' ')).toHaveLength(2)
+        expect((await request(consumer.app).post('/hooks').set(headers).send(body)).body.status).toBe(
+          'applied',
+        )
+      }
+      await t.db.deleteFrom('processed_events').execute()
+      await t.db.deleteFrom('consumer_cursors').execute()
+      await t.db.deleteFrom('effects').execute()
+    })
+  })
+})
