@@ -1,0 +1,207 @@
+import {
+  DEFAULT_LIST_LIMIT,
+  DEFAULT_STOP_TIMEOUT_MS,
+  DEFAULT_WATCH_INTERVAL_MS,
+  EXIT_PRUNE_NOT_CAUGHT_UP,
+} from './cli-defaults.js'
+
+// The help texts live apart from the commands, and load nothing but strings: `outbox --help` and
+// `outbox <command> --help` answer without loading Kysely, pg and the HTTP client. The library defaults quoted
+// below are checked against the library's DEFAULT_* exports by the CLI tests.
+
+/** The options every database command takes, with the name column as wide as the page's other options. */
+function databaseOptions(width = 21): string {
+  return [
+    ['--database-url <url>', 'PostgreSQL connection string                     [env: DATABASE_URL]'],
+    ['--schema <name>', 'schema of the producer tables (default public)   [env: OUTBOX_SCHEMA]'],
+    ['-h, --help', 'show this help'],
+  ]
+    .map(([name, text]) => `  ${name!.padEnd(width)}  ${text}`)
+    .join('\n')
+}
+
+/** Every help page, by the words after `outbox`. */
+export const HELP = {
+  migrate: `Usage: outbox migrate [options]
+
+Creates the schema if needed and the producer tables (outbox, outbox_counter, outbox_lane), or brings them up to
+date. Idempotent, and safe to run from several processes at once (a migration lock serialises them). Progress is
+kept in its own table, outbox_producer_migration, in the same schema.
+
+Options:
+${databaseOptions()}
+
+Example:
+  DATABASE_URL=postgres://app@db:5432/app outbox migrate --schema outbox
+`,
+
+  relay: `Usage: outbox relay --endpoint <url> [options]
+
+Claims lanes (one per aggregate), POSTs their events in sequence order as signed webhooks, marks them sent after
+a 2xx, retries failures and dead-letters what never succeeds. Run as many relays as you like. Logs one line per
+delivery event to stdout. On SIGINT/SIGTERM it stops claiming, lets in-flight requests finish (aborting them
+after --stop-timeout-ms), writes its marks, releases its claims so another relay takes over at once, and exits 0.
+A second signal exits at once (its claims then expire after --lease-ms).
+
+Options:
+  --endpoint <url>              the subscriber's webhook URL (required)          [env: OUTBOX_ENDPOINT]
+  --secret <whsec_…>            Standard Webhooks signing secret; repeat it (or comma-separate) to sign with
+                                several during a rotation. Prefer the environment: flags show in ps.
+                                                                             [env: OUTBOX_SIGNING_SECRET]
+  --concurrency <n>             lanes delivered in parallel (default 16)
+  --batch-size <n>              most events taken from one lane per claim (default 200)
+  --lease-ms <ms>               how long a claim owns its lane (default 60000)
+  --request-timeout-ms <ms>     timeout of one webhook request; must fit inside the lease (default 10000)
+  --poll-interval-ms <ms>       how often an idle relay looks for work (default 200)
+  --retry-schedule <durations>  delays after the 1st, 2nd, … failed attempt, e.g. 5s,5m,30m,2h
+                                (default 5s,5m,30m,2h,5h,10h,10h; attempts = delays + 1)
+  --on-exhausted <skip|block>   when attempts run out: skip dead-letters the event and moves the lane on;
+                                block parks the lane until the dead letter is redriven (default skip)
+  --listen                      wake up on NOTIFY (one dedicated connection; not through PgBouncer in
+                                transaction mode); polling stays the safety net
+  --stop-timeout-ms <ms>        how long shutdown waits for in-flight requests (default ${DEFAULT_STOP_TIMEOUT_MS})
+  --log-format <text|json>      key=value lines, or one JSON object per line (default text)
+  --log-level <level>           debug, info, warn or error; warn hides the line per successful delivery
+                                (default info)
+  --verbose                     also log the relay's own diagnostics (at the chosen --log-level)
+${databaseOptions(28)}
+
+Example:
+  OUTBOX_SIGNING_SECRET=whsec_… outbox relay --endpoint https://billing.internal/hooks --listen --log-format json
+`,
+
+  stats: `Usage: outbox stats [--json] [--watch [--interval 2s]] [options]
+
+Prints the outbox's health from one consistent snapshot:
+  lag         age of the oldest undelivered event (alert on this)
+  pending     events not delivered yet (including lanes waiting in backoff)
+  in flight   lanes a relay holds under a live lease
+  struggling  lane heads that failed 3 or more times and are still retried
+  dead        dead-lettered events (outbox dead-letters list)
+  blocked     lanes parked by a 409 from the consumer or by --on-exhausted block
+
+Options:
+  --json                 print JSON: {"lagSeconds", "pending", "inFlight", "struggling", "dead", "blocked"}
+  --watch                refresh until Ctrl-C: redraws in place on a terminal, one line per refresh otherwise
+                         (one JSON object per line with --json, with a "time" field)
+  --interval <duration>  time between refreshes with --watch, e.g. 500ms, 2s, 1m (default ${DEFAULT_WATCH_INTERVAL_MS / 1000}s)
+${databaseOptions()}
+
+Examples:
+  outbox stats
+  outbox stats --json | jq .lagSeconds
+  outbox stats --watch --interval 1s
+`,
+
+  prune: `Usage: outbox prune --retention <duration> [options]
+
+Deletes sent events older than the retention in batches, oldest first, and dead letters past their own retention
+if --dead-letter-retention is given (otherwise dead letters are kept). Pending events, sequence counters and lane
+rows are never touched. Progress goes to stderr while it runs, the summary to stdout.
+
+Exits 0 when everything past retention is gone, and ${EXIT_PRUNE_NOT_CAUGHT_UP} when --max-batches stopped it first (run it
+again, more often, or with a larger budget) — so cron can alert on a backlog.
+
+Options:
+  --retention <duration>              keep sent events at least this long, e.g. 30d, 12h (required)
+  --dead-letter-retention <duration>  also delete dead letters older than this (default: keep them)
+  --batch-size <n>                    rows per delete statement (default 5000)
+  --max-batches <n>                   batch budget per status for this run (default 200)
+  --pause-ms <ms>                     pause between batches, to leave room for live traffic (default 0)
+  --json                              print the result as JSON: {"removed", "caughtUp", "sent", "dead"}
+${databaseOptions(34)}
+
+Exit codes: 0 caught up · 1 database failure · 2 usage error · ${EXIT_PRUNE_NOT_CAUGHT_UP} not caught up · 130/143 interrupted
+
+Example (crontab):
+  15 * * * *  outbox prune --retention 30d --dead-letter-retention 90d --pause-ms 50
+`,
+
+  'dead-letters': `Usage: outbox dead-letters <list|redrive> [options]
+
+Inspect and repair events whose delivery gave up.
+
+Commands:
+  list      list dead letters, oldest first        (outbox dead-letters list --help)
+  redrive   send dead letters again                (outbox dead-letters redrive --help)
+
+Examples:
+  outbox dead-letters list
+  outbox dead-letters list --json | jq -r '.[].eventId'
+  outbox dead-letters redrive 0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a
+  outbox dead-letters redrive --all
+`,
+
+  'dead-letters list': `Usage: outbox dead-letters list [--json] [--limit <n>] [--after <cursor>] [options]
+
+Lists dead-lettered events, oldest first, with their attempts, last HTTP status and last error.
+
+Options:
+  --json                 print a JSON array of dead letters (eventId, aggregateType, aggregateId, sequence,
+                         eventType, attempts, lastStatus, lastError, lastAttemptAt, createdAt, deadAt, cursor)
+  --limit <n>            page size (default ${DEFAULT_LIST_LIMIT}); when a page is full, stderr says how to get the next
+  --after <cursor>       the cursor of the last dead letter of the previous page
+${databaseOptions()}
+`,
+
+  'dead-letters redrive': `Usage: outbox dead-letters redrive <event-id>... [options]
+       outbox dead-letters redrive --all [options]
+
+Puts dead letters back to pending: the same event id and sequence, attempts reset. Each affected lane is locked
+while this happens, so a lane never has two requests in flight; a lane parked by --on-exhausted block resumes in
+order, starting with the revived event. Under skip (the default) the lane may already have moved past the event:
+an ordered consumer then answers stale_ignored, which the relay logs.
+
+Reports which events were redriven and which given ids were not dead letters (unknown, pending or already sent;
+those are left unchanged). Exits 0 either way; use --json to act on the lists.
+
+Options:
+  --all                  redrive every dead letter
+  --json                 print {"redriven": [...], "notDead": [...]}
+${databaseOptions()}
+`,
+} as const
+
+/** A help page's key: a command, or `dead-letters <subcommand>`. */
+export type HelpTopic = keyof typeof HELP
+
+/** The one-line summaries `outbox --help` lists, in order. */
+export const SUMMARIES: readonly (readonly [string, string])[] = [
+  ['migrate', 'create or update the producer tables (idempotent)'],
+  ['relay', 'deliver pending events to the endpoint until SIGINT/SIGTERM, then stop gracefully'],
+  ['stats', 'lag, pending, in-flight, struggling, dead and blocked counts (--watch to follow)'],
+  ['prune', 'delete sent events (and optionally dead letters) past retention, in bounded batches'],
+  ['dead-letters', 'list dead letters, or redrive them (same event id and sequence)'],
+]
+
+/** The text of `outbox --help`. */
+export function programHelp(): string {
+  const width = Math.max(...SUMMARIES.map(([name]) => name.length))
+  const commands = SUMMARIES.map(([name, summary]) => `  ${name.padEnd(width)}  ${summary}`).join('\n')
+  return `outbox — run, watch and repair a transactional webhook outbox on PostgreSQL
+
+Usage: outbox <command> [options]
+
+Commands:
+${commands}
+
+Every command reads the database from --database-url or DATABASE_URL, and the schema of the producer tables
+from --schema or OUTBOX_SCHEMA (default public). The relay also reads OUTBOX_ENDPOINT and OUTBOX_SIGNING_SECRET
+(comma-separated for rotation). Flags win over the environment. Secrets are never printed.
+
+Options:
+  -h, --help     show help (also: outbox <command> --help)
+  --version      print the version
+
+Exit codes: 0 success · 1 runtime failure (database, network) · 2 usage error · ${EXIT_PRUNE_NOT_CAUGHT_UP} prune did not catch up
+`
+}
+
+/** True when `--help`/`-h` appears before a `--` terminator: help wins over any other mistake on the line. */
+export function wantsHelp(argv: readonly string[]): boolean {
+  for (const arg of argv) {
+    if (arg === '--') return false
+    if (arg === '--help' || arg === '-h') return true
+  }
+  return false
+}

@@ -1,0 +1,124 @@
+import { Kysely, PostgresDialect } from 'kysely'
+import pg from 'pg'
+import { DEFAULT_SCHEMA, notifyChannel, OutboxError } from '../index.js'
+import { CliError, UsageError } from './cli-error.js'
+import { explainDatabaseError } from './describe-error.js'
+
+/** The database a command works on, checked before any connection is attempted. */
+export interface DatabaseTarget {
+  /** The connection string as given (it may hold a password: never print it). */
+  readonly url: string
+  /** `host:port` of the server, for messages. */
+  readonly where: string
+  readonly user: string
+  readonly database: string
+  /** Schema of the producer tables. */
+  readonly schema: string
+}
+
+function fromEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const value = env[name]?.trim()
+  return value ? value : undefined
+}
+
+/**
+ * Resolves `--database-url`/`DATABASE_URL` and `--schema`/`OUTBOX_SCHEMA` (flags win) and checks both, so a typo
+ * is reported as a usage error instead of surfacing later as a confusing connection failure.
+ */
+export function resolveDatabase(
+  flags: { readonly 'database-url'?: string | undefined; readonly schema?: string | undefined },
+  env: NodeJS.ProcessEnv,
+): DatabaseTarget {
+  const fromFlag = flags['database-url']?.trim()
+  const url = fromFlag || fromEnv(env, 'DATABASE_URL')
+  const source = fromFlag ? '--database-url' : 'DATABASE_URL'
+  if (!url) {
+    throw new UsageError(
+      'no database: set DATABASE_URL or pass --database-url (e.g. postgres://user:password@host:5432/dbname)',
+    )
+  }
+  let parsed: URL
+  try {
+    parsed = new URL(url)
+    // pg decodes these parts itself and throws a bare URIError on a stray "%": check them now.
+    decodeURIComponent(parsed.username)
+    decodeURIComponent(parsed.password)
+    decodeURIComponent(parsed.pathname)
+  } catch {
+    // The value is not echoed: a malformed URL may still contain a password.
+    throw new UsageError(
+      `${source} is not a valid URL; expected postgres://user:password@host:5432/dbname (percent-encode special characters in the password)`,
+    )
+  }
+  if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
+    throw new UsageError(
+      `${source} must start with postgres:// or postgresql://, got ${parsed.protocol}// (e.g. postgres://user:password@host:5432/dbname)`,
+    )
+  }
+  const schemaFlag = flags.schema?.trim()
+  const schema = schemaFlag || fromEnv(env, 'OUTBOX_SCHEMA') || DEFAULT_SCHEMA
+  try {
+    // notifyChannel checks a schema name exactly as every producer function does; calling it here reports a bad
+    // name before any connection is made.
+    notifyChannel(schema)
+  } catch (error) {
+    if (!(error instanceof OutboxError)) throw error
+    throw new UsageError(
+      `${schemaFlag ? '--schema' : 'OUTBOX_SCHEMA'} must be a lower-case SQL identifier (letters, digits, _), got ${JSON.stringify(schema)}`,
+    )
+  }
+  const user = decodeURIComponent(parsed.username) || fromEnv(env, 'PGUSER') || fromEnv(env, 'USER') || ''
+  const host = parsed.hostname || parsed.searchParams.get('host') || fromEnv(env, 'PGHOST') || 'localhost'
+  const port = parsed.port || parsed.searchParams.get('port') || fromEnv(env, 'PGPORT') || '5432'
+  return {
+    url,
+    where: host.startsWith('/') ? `${host} (port ${port})` : `${host}:${port}`,
+    user,
+    database: decodeURIComponent(parsed.pathname.slice(1)) || user,
+    schema,
+  }
+}
+
+/** How the CLI's pool is set up. */
+export interface OpenDatabaseOptions {
+  /** Shown in `pg_stat_activity`, so a DBA can tell the relay from an ad-hoc command. */
+  readonly applicationName: string
+  /** Most connections. @defaultValue 10 (pg's default) */
+  readonly max?: number
+  /** Called when an idle pooled connection dies (server restart, network cut); the pool replaces it. */
+  readonly onIdleError?: (error: Error) => void
+}
+
+/** How long to wait for a connection before calling the database unreachable. */
+const CONNECT_TIMEOUT_MS = 10_000
+
+/**
+ * Opens a Kysely instance on its own pg pool, runs `use`, and always destroys the pool — whatever `use` does.
+ * Database failures thrown by `use` become one {@link CliError} line naming the server, never a stack trace.
+ */
+export async function withDatabase<T>(
+  target: DatabaseTarget,
+  options: OpenDatabaseOptions,
+  use: (db: Kysely<any>) => Promise<T>,
+): Promise<T> {
+  const pool = new pg.Pool({
+    connectionString: target.url,
+    application_name: options.applicationName,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    keepAlive: true,
+    max: options.max ?? 10,
+  })
+  // Without a listener, an idle connection dropped by the server is an unhandled 'error' event that kills the
+  // process with a stack trace.
+  pool.on('error', (error) => options.onIdleError?.(error))
+  const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
+  try {
+    return await use(db)
+  } catch (error) {
+    const explained = explainDatabaseError(error, target)
+    if (explained !== undefined) throw new CliError(explained, 1, { cause: error })
+    throw error
+  } finally {
+    await db.destroy().catch(() => {})
+  }
+}

@@ -1,0 +1,82 @@
+import { clearLine, cursorTo } from 'node:readline'
+import { DEFAULT_PRUNE_MAX_BATCHES, prune } from '../index.js'
+import { EXIT_PRUNE_NOT_CAUGHT_UP } from './cli-defaults.js'
+import { UsageError } from './cli-error.js'
+import { type CliIo, writeLine } from './command.js'
+import { catchInterrupt, signalExitCode } from './interrupt.js'
+import { resolveDatabase, withDatabase } from './open-database.js'
+import { DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
+
+const FLAGS = {
+  ...DATABASE_FLAGS,
+  retention: { type: 'string' },
+  'dead-letter-retention': { type: 'string' },
+  'batch-size': { type: 'string' },
+  'max-batches': { type: 'string' },
+  'pause-ms': { type: 'string' },
+  json: { type: 'boolean' },
+} as const
+
+/** `outbox prune`: bounded, batched deletion of sent events (and optionally dead letters) past retention. */
+export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  const { values } = parseFlags('prune', argv, FLAGS)
+  if (values.retention === undefined) {
+    throw new UsageError('missing --retention, e.g. --retention 30d (see outbox prune --help)')
+  }
+  const retention = durationFlag(values.retention, 'retention')!
+  const deadLetterRetention = durationFlag(values['dead-letter-retention'], 'dead-letter-retention')
+  const batchSize = integerFlag(values['batch-size'], 'batch-size', 1, 1_000_000)
+  const maxBatches = integerFlag(values['max-batches'], 'max-batches', 1)
+  const pauseMs = integerFlag(values['pause-ms'], 'pause-ms', 0, 3_600_000)
+  const target = resolveDatabase(values, io.env)
+
+  const progressInPlace = io.stderr.isTTY === true
+  const removedBy = { sent: 0, dead: 0 }
+  const batches = { sent: 0, dead: 0 }
+  const interrupt = catchInterrupt()
+  try {
+    const result = await withDatabase(target, { applicationName: 'outbox prune', max: 1 }, (db) =>
+      prune(db, {
+        retention,
+        deadLetterRetention,
+        batchSize,
+        maxBatches,
+        pauseMs,
+        schema: target.schema,
+        signal: interrupt.signal,
+        onBatch({ status, removed }) {
+          removedBy[status] += removed
+          batches[status] += 1
+          const text = `prune: ${status} rows: batch ${batches[status]}, ${removed} deleted, ${removedBy[status]} so far`
+          if (progressInPlace) {
+            cursorTo(io.stderr, 0)
+            clearLine(io.stderr, 0)
+            io.stderr.write(text)
+          } else {
+            writeLine(io.stderr, text)
+          }
+        },
+      }),
+    )
+    if (progressInPlace && batches.sent + batches.dead > 0) writeLine(io.stderr)
+    const interrupted = interrupt.received
+    if (values.json) {
+      writeLine(io.stdout, JSON.stringify({ ...result, sent: removedBy.sent, dead: removedBy.dead }))
+    } else {
+      const counts = `deleted ${result.removed} rows (${removedBy.sent} sent, ${removedBy.dead} dead letters)`
+      if (result.caughtUp) writeLine(io.stdout, `${counts}; caught up`)
+      else if (interrupted)
+        writeLine(io.stdout, `${counts}; interrupted by ${interrupted}: run it again to finish`)
+      else {
+        writeLine(
+          io.stdout,
+          `${counts}; NOT caught up: stopped after --max-batches ${maxBatches ?? DEFAULT_PRUNE_MAX_BATCHES}; run it again, more often, or raise --max-batches`,
+        )
+      }
+    }
+    if (interrupted) return signalExitCode(interrupted)
+    return result.caughtUp ? 0 : EXIT_PRUNE_NOT_CAUGHT_UP
+  } finally {
+    interrupt.dispose()
+  }
+}

@@ -1,0 +1,197 @@
+import type pg from 'pg'
+import { notifyChannel, OutboxError, Relay, type RelayOptions, stats } from '../index.js'
+import { DEFAULT_STOP_TIMEOUT_MS } from './cli-defaults.js'
+import { UsageError } from './cli-error.js'
+import type { CliIo } from './command.js'
+import { explainDatabaseError } from './describe-error.js'
+import { catchInterrupt, signalExitCode } from './interrupt.js'
+import { resolveDatabase, withDatabase } from './open-database.js'
+import { choiceFlag, DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
+import { createLogLine, LOG_LEVELS, loggerFor, logRelayEvents } from './relay-log.js'
+
+const FLAGS = {
+  ...DATABASE_FLAGS,
+  endpoint: { type: 'string' },
+  secret: { type: 'string', multiple: true },
+  concurrency: { type: 'string' },
+  'batch-size': { type: 'string' },
+  'lease-ms': { type: 'string' },
+  'request-timeout-ms': { type: 'string' },
+  'poll-interval-ms': { type: 'string' },
+  'retry-schedule': { type: 'string' },
+  'on-exhausted': { type: 'string' },
+  listen: { type: 'boolean' },
+  'stop-timeout-ms': { type: 'string' },
+  'log-format': { type: 'string' },
+  'log-level': { type: 'string' },
+  verbose: { type: 'boolean' },
+} as const
+
+/** The LISTEN wake-up option of the relay: a connection string, a client factory, or off. */
+type ListenOption = { readonly connectionString: string } | (() => Promise<pg.Client>) | false
+
+/** Secrets from `--secret` (repeatable) or `OUTBOX_SIGNING_SECRET`, each possibly a comma-separated list. */
+function signingSecrets(flag: readonly string[] | undefined, env: NodeJS.ProcessEnv): string[] {
+  // whsec_ secrets are base64 and never contain a comma, so a comma can separate rotation keys in one variable.
+  const split = (values: readonly string[]) =>
+    values
+      .flatMap((value) => value.split(','))
+      .map((value) => value.trim())
+      .filter(Boolean)
+  if (flag !== undefined && flag.length > 0) return split(flag)
+  return split([env.OUTBOX_SIGNING_SECRET ?? ''])
+}
+
+function retrySchedule(value: string | undefined): number[] | undefined {
+  if (value === undefined) return undefined
+  return value
+    .split(',')
+    .map((part) => part.trim())
+    .filter(Boolean)
+    .map((part) => durationFlag(part, 'retry-schedule')!)
+}
+
+/** Relay option names as the operator typed them, for the constructor's messages. */
+const FLAG_NAMES: Readonly<Record<string, string>> = {
+  leaseMs: '--lease-ms',
+  requestTimeoutMs: '--request-timeout-ms',
+  batchSize: '--batch-size',
+  concurrency: '--concurrency',
+  pollIntervalMs: '--poll-interval-ms',
+  retrySchedule: '--retry-schedule',
+  onExhausted: '--on-exhausted',
+}
+
+/**
+ * Creates the relay, which checks every option (endpoint URL, secrets, lease against timeout) before anything
+ * runs; its messages name the library's options, so they are reworded with the flags the operator used.
+ */
+function constructRelay(options: RelayOptions): Relay {
+  try {
+    return new Relay(options)
+  } catch (error) {
+    if (!(error instanceof OutboxError) || error.code !== 'ERR_OUTBOX_INVALID_OPTIONS') throw error
+    const message = error.message
+      .replace(/^signingSecret: /, '')
+      .replace(/^endpoint\b/, '--endpoint')
+      .replace(
+        /\b(leaseMs|requestTimeoutMs|batchSize|concurrency|pollIntervalMs|retrySchedule|onExhausted)\b/g,
+        (name) => FLAG_NAMES[name] ?? name,
+      )
+    throw new UsageError(message, { cause: error })
+  }
+}
+
+/** What the operator sees of the endpoint: no credentials, no query string (either may hold a token). */
+function shownEndpoint(url: string): string {
+  try {
+    const parsed = new URL(url)
+    return `${parsed.origin}${parsed.pathname}`
+  } catch {
+    return '(invalid URL)'
+  }
+}
+
+/**
+ * `outbox relay`: delivers pending events until SIGINT/SIGTERM, then stops gracefully (finishes or aborts
+ * in-flight requests, writes its marks and releases its claims) and exits 0.
+ */
+export async function relayCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  const { values } = parseFlags('relay', argv, FLAGS)
+  const endpoint = values.endpoint?.trim() || io.env.OUTBOX_ENDPOINT?.trim()
+  if (!endpoint) {
+    throw new UsageError(
+      'missing endpoint: pass --endpoint <url> or set OUTBOX_ENDPOINT (see outbox relay --help)',
+    )
+  }
+  const secrets = signingSecrets(values.secret, io.env)
+  const concurrency = integerFlag(values.concurrency, 'concurrency', 1, 1000)
+  const batchSize = integerFlag(values['batch-size'], 'batch-size', 1, 10_000)
+  const leaseMs = integerFlag(values['lease-ms'], 'lease-ms', 100)
+  const requestTimeoutMs = integerFlag(values['request-timeout-ms'], 'request-timeout-ms', 1)
+  const pollIntervalMs = integerFlag(values['poll-interval-ms'], 'poll-interval-ms', 1)
+  const stopTimeoutMs =
+    integerFlag(values['stop-timeout-ms'], 'stop-timeout-ms', 0) ?? DEFAULT_STOP_TIMEOUT_MS
+  const onExhausted = choiceFlag(values['on-exhausted'], 'on-exhausted', ['skip', 'block'])
+  const format = choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? 'text'
+  const level = choiceFlag(values['log-level'], 'log-level', LOG_LEVELS) ?? 'info'
+  const schedule = retrySchedule(values['retry-schedule'])
+  const target = resolveDatabase(values, io.env)
+
+  const log = createLogLine(format, level, io.stdout)
+  return await withDatabase(
+    target,
+    {
+      applicationName: 'outbox relay',
+      onIdleError: (error) =>
+        log('warn', 'an idle database connection failed; the pool replaces it', {
+          error: explainDatabaseError(error, target) ?? error,
+        }),
+    },
+    async (db) => {
+      const listen: ListenOption = values.listen ? { connectionString: target.url } : false
+      const options: RelayOptions & { readonly listen?: ListenOption } = {
+        db,
+        endpoint,
+        signingSecret: secrets.length > 0 ? secrets : undefined,
+        concurrency,
+        batchSize,
+        leaseMs,
+        requestTimeoutMs,
+        pollIntervalMs,
+        retrySchedule: schedule,
+        onExhausted,
+        schema: target.schema,
+        listen,
+        logger: values.verbose
+          ? loggerFor(log)
+          : loggerFor(() => {
+              // The events below already give one line per occurrence; the relay's own diagnostics would
+              // repeat them, so they are only shown with --verbose.
+            }),
+      }
+      const relay = constructRelay(options)
+      logRelayEvents(relay, log, target)
+      // One read up front: an unreachable database or missing tables fail the command now, with one line,
+      // instead of a relay that retries forever.
+      await stats(db, { schema: target.schema })
+
+      const interrupt = catchInterrupt((signal) => {
+        log('warn', `second ${signal}: exiting without releasing claims (they expire with their lease)`)
+        process.exit(signalExitCode(signal))
+      })
+      let stopped: { released: number; aborted: number } | undefined
+      relay.on('relay:stopped', (result) => {
+        stopped = result
+      })
+      try {
+        await relay.start()
+        const resolved = relay.options
+        log('info', 'relay started', {
+          endpoint: shownEndpoint(endpoint),
+          database: `${target.where}/${target.database}`,
+          schema: target.schema,
+          concurrency: resolved.concurrency,
+          batchSize: resolved.batchSize,
+          leaseMs: resolved.leaseMs,
+          requestTimeoutMs: resolved.requestTimeoutMs,
+          maxAttempts: resolved.maxAttempts,
+          onExhausted: resolved.onExhausted,
+          signingSecrets: secrets.length,
+          wakeUps: values.listen
+            ? `LISTEN ${notifyChannel(target.schema)} + polling every ${resolved.pollIntervalMs}ms`
+            : `polling every ${resolved.pollIntervalMs}ms`,
+        })
+        const signal = await interrupt.wait
+        log('info', `${signal} received: stopping (finishing in-flight requests, releasing claims)`, {
+          stopTimeoutMs,
+        })
+      } finally {
+        await relay.stop({ timeoutMs: stopTimeoutMs })
+        interrupt.dispose()
+      }
+      log('info', 'relay stopped', { ...stopped })
+      return 0
+    },
+  )
+}

@@ -1,0 +1,106 @@
+import type { Logger, Relay } from '../index.js'
+import { explainDatabaseError } from './describe-error.js'
+import type { DatabaseTarget } from './open-database.js'
+
+/** How relay log lines are written: `key=value` text for people, one JSON object per line for log pipelines. */
+export type LogFormat = 'text' | 'json'
+/** Severity of a log line, lowest first. */
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
+
+/** The severities in order; a line is written when its level is at or above the chosen one. */
+export const LOG_LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error']
+
+/** Writes one log line. `fields` values may be anything; errors are reduced to their message. */
+export type LogLine = (level: LogLevel, message: string, fields?: Record<string, unknown>) => void
+
+function plain(value: unknown): unknown {
+  if (value instanceof Error) return value.message
+  if (value instanceof Date) return value.toISOString()
+  return value
+}
+
+function textValue(value: unknown): string {
+  const flat = plain(value)
+  if (typeof flat === 'string') return /^[^\s"=]+$/.test(flat) ? flat : JSON.stringify(flat)
+  if (typeof flat === 'object' && flat !== null) return JSON.stringify(flat)
+  return String(flat)
+}
+
+/**
+ * Creates the relay's line writer. Text lines read `<time> <LEVEL> <message> key=value …` with the aggregate
+ * shown as `lane=type:id`; JSON lines are `{"time","level","msg",…fields}` with every field kept apart.
+ */
+export function createLogLine(format: LogFormat, minimum: LogLevel, stream: NodeJS.WritableStream): LogLine {
+  const threshold = LOG_LEVELS.indexOf(minimum)
+  return (level, message, fields = {}) => {
+    if (LOG_LEVELS.indexOf(level) < threshold) return
+    const time = new Date().toISOString()
+    if (format === 'json') {
+      const entries = Object.entries(fields)
+        .filter(([, value]) => value !== undefined)
+        .map(([key, value]) => [key, plain(value)])
+      stream.write(`${JSON.stringify({ time, level, msg: message, ...Object.fromEntries(entries) })}\n`)
+      return
+    }
+    const { aggregateType, aggregateId, ...rest } = fields
+    const parts = [time, level.toUpperCase().padEnd(5), message]
+    if (aggregateType !== undefined) parts.push(`lane=${textValue(`${aggregateType}:${aggregateId}`)}`)
+    for (const [key, value] of Object.entries(rest)) {
+      if (value !== undefined && value !== null) parts.push(`${key}=${textValue(value)}`)
+    }
+    stream.write(`${parts.join(' ')}\n`)
+  }
+}
+
+/** A pino-compatible {@link Logger} that writes the relay's own diagnostics through the same line writer. */
+export function loggerFor(log: LogLine): Logger {
+  return {
+    debug: (fields, message) => log('debug', message, fields),
+    info: (fields, message) => log('info', message, fields),
+    warn: (fields, message) => log('warn', message, fields),
+    error: (fields, message) => log('error', message, fields),
+  }
+}
+
+/**
+ * Subscribes to every relay event an operator acts on and writes one line for each: deliveries (success, retry,
+ * dead, stale), parked and taken-over lanes, and errors outside one delivery (explained when they are database
+ * failures, e.g. "connection refused").
+ */
+export function logRelayEvents(relay: Relay, log: LogLine, target: DatabaseTarget): void {
+  relay.on('delivery:success', (event) => log('info', 'delivered', { event: 'delivery:success', ...event }))
+  relay.on('delivery:retry', (event) =>
+    log('warn', 'delivery failed; will retry', { event: 'delivery:retry', ...event }),
+  )
+  relay.on('delivery:dead', (event) =>
+    log('error', 'dead-lettered (see: outbox dead-letters list)', { event: 'delivery:dead', ...event }),
+  )
+  relay.on('delivery:stale', (event) =>
+    log('warn', 'consumer answered stale_ignored: it already applied a later event of this aggregate', {
+      event: 'delivery:stale',
+      ...event,
+    }),
+  )
+  relay.on('lane:blocked', (event) =>
+    log(
+      'warn',
+      event.reason === 'conflict'
+        ? 'lane parked: the consumer answered 409 (waiting for an earlier sequence)'
+        : 'lane blocked: its head is dead-lettered under --on-exhausted block; redrive it to resume',
+      { event: 'lane:blocked', ...event },
+    ),
+  )
+  relay.on('lane:takeover', (event) =>
+    log('warn', 'lane taken over from an expired claim; its head was charged one attempt', {
+      event: 'lane:takeover',
+      ...event,
+    }),
+  )
+  relay.on('relay:error', ({ error, during }) =>
+    log('error', `relay ${during} failed; retrying`, {
+      event: 'relay:error',
+      during,
+      error: explainDatabaseError(error, target) ?? error,
+    }),
+  )
+}

@@ -1,0 +1,123 @@
+import { clearScreenDown, moveCursor } from 'node:readline'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { type OutboxStats, STRUGGLING_ATTEMPTS, stats } from '../index.js'
+import { DEFAULT_WATCH_INTERVAL_MS, MIN_WATCH_INTERVAL_MS } from './cli-defaults.js'
+import { UsageError } from './cli-error.js'
+import { type CliIo, writeLine } from './command.js'
+import { explainDatabaseError } from './describe-error.js'
+import { formatSeconds, formatTable } from './format-text.js'
+import { catchInterrupt } from './interrupt.js'
+import { type DatabaseTarget, resolveDatabase, withDatabase } from './open-database.js'
+import { DATABASE_FLAGS, durationFlag, parseFlags } from './parse-flags.js'
+
+const FLAGS = {
+  ...DATABASE_FLAGS,
+  json: { type: 'boolean' },
+  watch: { type: 'boolean' },
+  interval: { type: 'string' },
+} as const
+
+function table(snapshot: OutboxStats): string[] {
+  const hint = (count: number, text: string) => (count > 0 ? text : '')
+  return formatTable([
+    ['lag', formatSeconds(snapshot.lagSeconds), 'age of the oldest undelivered event'],
+    ['pending', String(snapshot.pending), 'events not delivered yet'],
+    ['in flight', String(snapshot.inFlight), 'lanes a relay holds right now'],
+    [
+      'struggling',
+      String(snapshot.struggling),
+      hint(snapshot.struggling, `lane heads that failed ${STRUGGLING_ATTEMPTS}+ times`),
+    ],
+    ['dead', String(snapshot.dead), hint(snapshot.dead, 'see: outbox dead-letters list')],
+    [
+      'blocked',
+      String(snapshot.blocked),
+      hint(snapshot.blocked, 'lanes parked by a 409 or --on-exhausted block'),
+    ],
+  ])
+}
+
+function line(snapshot: OutboxStats): string {
+  return Object.entries(snapshot)
+    .map(([key, value]) => `${key}=${key === 'lagSeconds' ? Number(value.toFixed(3)) : value}`)
+    .join(' ')
+}
+
+/** `outbox stats`: the outbox's health once, or continuously with `--watch`. */
+export async function statsCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  const { values } = parseFlags('stats', argv, FLAGS)
+  const intervalMs = durationFlag(values.interval, 'interval')
+  if (intervalMs !== undefined && !values.watch) {
+    throw new UsageError('--interval only applies with --watch (see outbox stats --help)')
+  }
+  if (intervalMs !== undefined && intervalMs < MIN_WATCH_INTERVAL_MS) {
+    throw new UsageError(`--interval must be at least ${MIN_WATCH_INTERVAL_MS}ms, got ${values.interval}`)
+  }
+  const target = resolveDatabase(values, io.env)
+  return await withDatabase(target, { applicationName: 'outbox stats', max: 1 }, async (db) => {
+    const read = () => stats(db, { schema: target.schema })
+    if (!values.watch) {
+      const snapshot = await read()
+      if (values.json) writeLine(io.stdout, JSON.stringify(snapshot))
+      else for (const row of table(snapshot)) writeLine(io.stdout, row)
+      return 0
+    }
+    await watch(read, target, intervalMs ?? DEFAULT_WATCH_INTERVAL_MS, Boolean(values.json), io)
+    return 0
+  })
+}
+
+async function watch(
+  read: () => Promise<OutboxStats>,
+  target: DatabaseTarget,
+  intervalMs: number,
+  json: boolean,
+  io: CliIo,
+): Promise<void> {
+  const redraw = io.stdout.isTTY === true && !json
+  const interrupt = catchInterrupt()
+  let drawn = 0
+  let first = true
+  try {
+    while (!interrupt.signal.aborted) {
+      const time = new Date()
+      let snapshot: OutboxStats | undefined
+      let failure: string | undefined
+      try {
+        snapshot = await read()
+      } catch (error) {
+        // A bad URL or missing tables show on the first read: fail then. Later, an outage is something to watch
+        // through, so it is reported and the next refresh tries again.
+        if (first) throw error
+        failure = explainDatabaseError(error, target) ?? String((error as Error)?.message ?? error)
+      }
+      first = false
+      if (interrupt.signal.aborted) break
+      if (redraw) {
+        const frame = [
+          `outbox stats · ${target.database} · schema ${target.schema} · every ${formatSeconds(intervalMs / 1000)} · ${time.toLocaleTimeString()} (Ctrl-C to stop)`,
+          '',
+          ...(snapshot ? table(snapshot) : [`unavailable: ${failure} (retrying)`]),
+        ]
+        if (drawn > 0) {
+          moveCursor(io.stdout, 0, -drawn)
+          clearScreenDown(io.stdout)
+        }
+        for (const row of frame) writeLine(io.stdout, row)
+        drawn = frame.length
+      } else if (snapshot) {
+        writeLine(
+          io.stdout,
+          json
+            ? JSON.stringify({ time: time.toISOString(), ...snapshot })
+            : `${time.toISOString()} ${line(snapshot)}`,
+        )
+      } else {
+        writeLine(io.stderr, `${time.toISOString()} stats unavailable: ${failure} (retrying)`)
+      }
+      await sleep(intervalMs, undefined, { signal: interrupt.signal }).catch(() => {})
+    }
+  } finally {
+    interrupt.dispose()
+  }
+}

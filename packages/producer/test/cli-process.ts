@@ -1,0 +1,192 @@
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
+import { mkdirSync, rmdirSync, statSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { afterEach, expect } from 'vitest'
+
+const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url))
+/** The built CLI, as the `bin` entry runs it. */
+export const CLI_PATH = fileURLToPath(new URL('../dist/cli.js', import.meta.url))
+
+const LOCK = join(tmpdir(), `outbox-cli-build-${Buffer.from(REPO_ROOT).toString('hex').slice(-24)}.lock`)
+
+function sleepSync(ms: number): void {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
+}
+
+/**
+ * Builds the producer (`tsc -b`, incremental) so the tests run the real `dist/cli.js`. Test files run in parallel
+ * workers: a lock directory makes their builds take turns, so none reads a file another is writing.
+ */
+export function buildCli(): void {
+  const started = Date.now()
+  for (;;) {
+    try {
+      mkdirSync(LOCK)
+      break
+    } catch {
+      // A lock left by a killed run is stale after a minute; a real build takes seconds.
+      try {
+        if (Date.now() - statSync(LOCK).mtimeMs > 60_000) rmdirSync(LOCK)
+      } catch {}
+      if (Date.now() - started > 120_000) throw new Error(`could not take the build lock ${LOCK}`)
+      sleepSync(100)
+    }
+  }
+  try {
+    execFileSync('npx', ['tsc', '-b', 'packages/producer'], { cwd: REPO_ROOT, stdio: 'pipe' })
+  } catch (error) {
+    const { stdout, stderr } = error as { stdout?: Buffer; stderr?: Buffer }
+    throw new Error(`tsc -b packages/producer failed:\n${stdout ?? ''}${stderr ?? ''}`)
+  } finally {
+    rmdirSync(LOCK)
+  }
+}
+
+/**
+ * An environment for the CLI with nothing inherited but what Node needs: the test runner's own DATABASE_URL (or
+ * any OUTBOX_* variable) must never leak into a test of how the CLI reads its environment.
+ */
+export function cliEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, LANG: 'C' }
+  for (const [key, value] of Object.entries(extra)) if (value !== undefined) env[key] = value
+  return env
+}
+
+/** A finished CLI run. */
+export interface CliResult {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
+  readonly stdout: string
+  readonly stderr: string
+}
+
+/** A CLI process still running; every one is killed after its test if the test did not end it. */
+export interface CliProcess {
+  readonly child: ChildProcess
+  readonly stdout: () => string
+  readonly stderr: () => string
+  /** Output lines so far (stdout). */
+  readonly lines: () => string[]
+  /** Resolves when stdout matches; rejects on time-out or if the process exits first. */
+  waitForStdout(check: (stdout: string) => boolean, what: string, timeoutMs?: number): Promise<void>
+  /** Sends a signal and resolves with the finished run. */
+  stop(signal: NodeJS.Signals, timeoutMs?: number): Promise<CliResult>
+  readonly exited: Promise<CliResult>
+}
+
+const running = new Set<ChildProcess>()
+
+afterEach(() => {
+  for (const child of running) child.kill('SIGKILL')
+  running.clear()
+})
+
+/** Starts `node dist/cli.js <args>` without waiting for it. */
+export function startCli(args: readonly string[], env: NodeJS.ProcessEnv): CliProcess {
+  const child = spawn(process.execPath, [CLI_PATH, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
+  running.add(child)
+  let stdout = ''
+  let stderr = ''
+  const listeners = new Set<() => void>()
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    stdout += chunk
+    for (const listener of listeners) listener()
+  })
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+    stderr += chunk
+  })
+  const exited = new Promise<CliResult>((resolve) => {
+    child.once('close', (code, signal) => {
+      running.delete(child)
+      for (const listener of listeners) listener()
+      resolve({ code, signal, stdout, stderr })
+    })
+  })
+  const done = () => child.exitCode !== null || child.signalCode !== null
+  return {
+    child,
+    stdout: () => stdout,
+    stderr: () => stderr,
+    lines: () => stdout.split('\n').filter(Boolean),
+    exited,
+    waitForStdout(check, what, timeoutMs = 15_000) {
+      return new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(
+          () => finish(new Error(`timed out waiting for ${what}; stdout:\n${stdout}\nstderr:\n${stderr}`)),
+          timeoutMs,
+        )
+        const listener = () => {
+          if (check(stdout)) finish()
+          else if (done())
+            finish(new Error(`the CLI exited before ${what}; stdout:\n${stdout}\nstderr:\n${stderr}`))
+        }
+        function finish(error?: Error) {
+          clearTimeout(timer)
+          listeners.delete(listener)
+          if (error) reject(error)
+          else resolve()
+        }
+        listeners.add(listener)
+        listener()
+      })
+    },
+    async stop(signal, timeoutMs = 20_000) {
+      child.kill(signal)
+      let timer: NodeJS.Timeout | undefined
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`the CLI did not exit within ${timeoutMs} ms of ${signal}`)),
+          timeoutMs,
+        )
+      })
+      try {
+        return await Promise.race([exited, timeout])
+      } finally {
+        clearTimeout(timer)
+      }
+    },
+  }
+}
+
+/** Runs `node dist/cli.js <args>` to completion. */
+export async function runCli(
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+  timeoutMs = 30_000,
+): Promise<CliResult> {
+  const cli = startCli(args, env)
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      cli.child.kill('SIGKILL')
+      reject(new Error(`outbox ${args.join(' ')} did not finish within ${timeoutMs} ms`))
+    }, timeoutMs)
+  })
+  try {
+    return await Promise.race([cli.exited, timeout])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
+/**
+ * Asserts the CLI's failure contract: the exit code, nothing on stdout, exactly one line on stderr starting
+ * `outbox: `, matching `pattern`, and no stack trace.
+ */
+export function expectFailure(result: CliResult, exitCode: number, pattern: RegExp): string {
+  const detail = `stdout:\n${result.stdout}\nstderr:\n${result.stderr}`
+  expect(result.code, detail).toBe(exitCode)
+  expect(result.stdout, detail).toBe('')
+  const lines = result.stderr.split('\n').filter(Boolean)
+  expect(lines, detail).toHaveLength(1)
+  const line = lines[0]!
+  expect(line).toMatch(/^outbox: /)
+  expect(line).toMatch(pattern)
+  expect(result.stderr).not.toMatch(/\n\s+at /)
+  return line
+}
+
+/** A connection string to a port nothing listens on (connection refused). */
+export const REFUSED_URL = 'postgres://postgres:s3cret-password@127.0.0.1:1/outbox'
