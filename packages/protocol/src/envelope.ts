@@ -163,7 +163,8 @@ export function toWireEnvelope<TData>(event: OutboxEvent<TData>): WireEnvelope<T
 }
 
 /**
- * Serialises an event into the exact bytes that are signed and sent.
+ * Serialises an event into the exact bytes that are signed and sent. Throws {@link ProtocolError}
+ * `ERR_OUTBOX_INVALID_ENVELOPE` when `data` is missing or not JSON-serialisable (a bigint, a cycle).
  *
  * @example
  * ```ts
@@ -173,8 +174,16 @@ export function toWireEnvelope<TData>(event: OutboxEvent<TData>): WireEnvelope<T
  * ```
  */
 export function serializeEnvelope<TData>(event: OutboxEvent<TData>): string {
-  const json = JSON.stringify(toWireEnvelope(event))
-  if (json === undefined)
-    throw new ProtocolError('ERR_OUTBOX_INVALID_ENVELOPE', 'the event is not serialisable')
-  return json
+  // Without `data` the body would be refused as invalid_envelope on every attempt: refuse it here instead.
+  if (event.data === undefined) {
+    throw new ProtocolError('ERR_OUTBOX_INVALID_ENVELOPE', 'the event has no data (use null for no data)')
+  }
+  try {
+    return JSON.stringify(toWireEnvelope(event))
+  } catch (error) {
+    const reason = error instanceof Error ? error.message : String(error)
+    throw new ProtocolError('ERR_OUTBOX_INVALID_ENVELOPE', `the event is not JSON-serialisable (${reason})`, {
+      cause: error,
+    })
+  }
 }

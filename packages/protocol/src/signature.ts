@@ -46,13 +46,21 @@ export function parseSigningSecrets(secrets: string | readonly string[]): readon
         )
       }
       const encoded = secret.slice(SECRET_PREFIX.length)
-      if (!BASE64.test(encoded) || encoded.length % 4 === 1) {
+      // standardwebhooks decodes strict, padded base64 and throws a bare Error otherwise: check it here so the
+      // caller gets a ProtocolError that says what to fix.
+      if (!BASE64.test(encoded) || encoded.length % 4 !== 0) {
         throw new ProtocolError(
           'ERR_OUTBOX_INVALID_SECRET',
-          `${where}: the part after "whsec_" is not valid base64`,
+          `${where}: the part after "whsec_" is not valid base64 (padded with "=" to a multiple of 4 characters)`,
         )
       }
-      return { secret, webhook: new Webhook(secret) }
+      try {
+        return { secret, webhook: new Webhook(secret) }
+      } catch (error) {
+        throw new ProtocolError('ERR_OUTBOX_INVALID_SECRET', `${where}: the key is not usable`, {
+          cause: error,
+        })
+      }
     }),
   )
 }
