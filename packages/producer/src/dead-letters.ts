@@ -69,21 +69,23 @@ export async function listDeadLetters(
     lastAttemptAt: row.last_attempt_at,
     createdAt: row.created_at,
     deadAt: row.dead_at,
-    cursor: `${row.dead_at.toISOString()}_${row.id}`,
+    cursor: `${row.dead_at_cursor}_${row.id}`,
   }))
 }
 
-function decodeCursor(cursor: string | undefined): { deadAt: Date; id: string } | undefined {
+// The cursor keeps dead_at to the microsecond (see select-dead-letters.ts), as text PostgreSQL reads back exactly.
+const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z)_(\d{1,19})$/
+
+function decodeCursor(cursor: string | undefined): { deadAt: string; id: string } | undefined {
   if (cursor === undefined) return undefined
-  const match = /^(.+)_(\d+)$/.exec(cursor)
-  const deadAt = match ? new Date(match[1]!) : undefined
-  if (!match || !deadAt || Number.isNaN(deadAt.getTime())) {
+  const match = typeof cursor === 'string' ? CURSOR.exec(cursor) : null
+  if (!match || Number.isNaN(Date.parse(match[1]!))) {
     throw new OutboxError(
       'ERR_OUTBOX_INVALID_OPTIONS',
       `after must be the cursor of a listed dead letter, got ${JSON.stringify(cursor)}`,
     )
   }
-  return { deadAt, id: match[2]! }
+  return { deadAt: match[1]!, id: match[2]! }
 }
 
 /** Which dead letters {@link redrive} revives: the given event ids, or all of them. */

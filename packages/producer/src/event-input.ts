@@ -41,8 +41,22 @@ function checkKey(value: unknown, field: string, where: string): string {
       `${where}${field} is ${value.length} characters; the limit is ${MAX_KEY_LENGTH}`,
     )
   }
+  // PostgreSQL text refuses NUL (the error would abort the caller's transaction), and a lone surrogate would be
+  // silently replaced by U+FFFD on the way in, changing the aggregate key.
+  if (value.includes('\u0000')) {
+    throw new OutboxError('ERR_OUTBOX_INVALID_EVENT', `${where}${field} contains a NUL character (\\u0000)`)
+  }
+  if (LONE_SURROGATE.test(value)) {
+    throw new OutboxError('ERR_OUTBOX_INVALID_EVENT', `${where}${field} contains a lone UTF-16 surrogate`)
+  }
   return value
 }
+
+const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/
+
+// JSON.stringify writes NUL and lone surrogates as \u escapes (valid pairs stay raw characters); jsonb refuses
+// both. The lookbehind skips an escaped backslash followed by the letters "u0000", which is ordinary text.
+const UNSTORABLE_ESCAPE = /(?<!\\)(?:\\\\)*\\u(0000|d[89a-f][0-9a-f]{2})/
 
 function serialisePayload(payload: unknown, where: string): string {
   let json: string | undefined
@@ -62,11 +76,14 @@ function serialisePayload(payload: unknown, where: string): string {
       `${where}payload is ${typeof payload}, which JSON cannot represent; pass an object, array, string, number, boolean or null`,
     )
   }
-  // jsonb refuses the NUL character; say so here rather than as a database error mid-transaction.
-  if (json.includes('\\u0000')) {
+  // Say so here rather than as a database error that aborts the caller's transaction.
+  const unstorable = UNSTORABLE_ESCAPE.exec(json)
+  if (unstorable) {
+    const what =
+      unstorable[1] === '0000' ? 'a NUL character (\\u0000)' : `a lone UTF-16 surrogate (\\u${unstorable[1]})`
     throw new OutboxError(
       'ERR_OUTBOX_PAYLOAD_NOT_JSON',
-      `${where}payload contains a NUL character (\\u0000), which PostgreSQL jsonb cannot store`,
+      `${where}payload contains ${what}, which PostgreSQL jsonb cannot store`,
     )
   }
   return json

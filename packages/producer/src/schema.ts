@@ -133,6 +133,9 @@ export function producerMigrationSql(options: { schema?: string } = {}): string 
   return [`CREATE SCHEMA IF NOT EXISTS "${schema}";`, ...Object.values(migrationSteps(schema))].join('\n')
 }
 
+/** First half of the advisory lock key that serialises concurrent {@link migrate} calls (the schema is the second). */
+const MIGRATE_LOCK_KEY = 0x6f757462 // "outb"
+
 /** Options of {@link migrate}. */
 export interface MigrateOptions {
   /** Schema of the producer tables, created if missing. @defaultValue 'public' */
@@ -154,7 +157,18 @@ export interface MigrateOptions {
  */
 export async function migrate(db: Kysely<any>, options: MigrateOptions = {}): Promise<void> {
   const schema = resolveSchema(options.schema)
-  await sql`CREATE SCHEMA IF NOT EXISTS ${sql.id(schema)}`.execute(db)
+  try {
+    // Two concurrent `CREATE SCHEMA IF NOT EXISTS` can both miss the schema and one then fails on the catalog's
+    // unique index; an advisory lock (released at commit) makes the second wait and then find the schema.
+    await db.transaction().execute(async (trx) => {
+      await sql`SELECT pg_advisory_xact_lock(${MIGRATE_LOCK_KEY}, hashtext(${schema}))`.execute(trx)
+      await sql`CREATE SCHEMA IF NOT EXISTS ${sql.id(schema)}`.execute(trx)
+    })
+  } catch (error) {
+    throw new OutboxError('ERR_OUTBOX_MIGRATION_FAILED', `producer migration failed: ${String(error)}`, {
+      cause: error,
+    })
+  }
   const steps = migrationSteps(schema)
   const provider: MigrationProvider = {
     async getMigrations() {

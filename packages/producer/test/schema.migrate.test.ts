@@ -1,0 +1,169 @@
+import { useTestDatabase } from '@outbox/test-harness'
+import { type Kysely, sql } from 'kysely'
+import { describe, expect, it } from 'vitest'
+import {
+  enqueue,
+  enqueueMany,
+  migrate,
+  PRODUCER_MIGRATION_TABLE,
+  producerMigrationSql,
+  prune,
+  stats,
+} from '../src/index.js'
+
+const t = useTestDatabase()
+
+/** The tables the producer owns; the test template also holds the consumer's, which are not compared here. */
+const PRODUCER_TABLES = [
+  'outbox',
+  'outbox_counter',
+  'outbox_lane',
+  PRODUCER_MIGRATION_TABLE,
+  `${PRODUCER_MIGRATION_TABLE}_lock`,
+]
+
+/** Every producer table, column, index and constraint of a schema, as the catalog describes them. */
+async function describeSchema(db: Kysely<any>, schema: string) {
+  const { rows: columns } = await sql<{ line: string }>`
+    SELECT table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' ||
+           coalesce(column_default, '') AS line
+    FROM information_schema.columns WHERE table_schema = ${schema} AND table_name = ANY(${PRODUCER_TABLES})
+    ORDER BY table_name, column_name`.execute(db)
+  const { rows: indexes } = await sql<{ line: string }>`
+    SELECT tablename || ' ' || replace(indexdef, ${`${schema}.`}, '') AS line
+    FROM pg_indexes WHERE schemaname = ${schema} AND tablename = ANY(${PRODUCER_TABLES}) ORDER BY indexname`.execute(
+    db,
+  )
+  const { rows: constraints } = await sql<{ line: string }>`
+    SELECT c.conrelid::regclass::text || ' ' || pg_get_constraintdef(c.oid) AS line
+    FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace JOIN pg_class r ON r.oid = c.conrelid
+    WHERE n.nspname = ${schema} AND r.relname = ANY(${PRODUCER_TABLES}) ORDER BY 1`.execute(db)
+  const strip = (line: string) => line.replaceAll(`${schema}.`, '')
+  return {
+    columns: columns.map((row) => row.line),
+    indexes: indexes.map((row) => strip(row.line)),
+    constraints: constraints.map((row) => strip(row.line)),
+  }
+}
+
+async function tableNames(db: Kysely<any>, schema: string): Promise<string[]> {
+  const { rows } = await sql<{ name: string }>`
+    SELECT table_name AS name FROM information_schema.tables WHERE table_schema = ${schema} ORDER BY 1`.execute(
+    db,
+  )
+  return rows.map((row) => row.name)
+}
+
+async function migrationRows(db: Kysely<any>, schema: string) {
+  return await db
+    .withSchema(schema)
+    .selectFrom(PRODUCER_MIGRATION_TABLE)
+    .selectAll()
+    .orderBy('name')
+    .execute()
+}
+
+describe('migrate', () => {
+  it('is a no-op the second (and third) time: no error, same migration rows, same schema', async () => {
+    const before = await migrationRows(t.db, 'public')
+    expect(before.map((row) => row.name)).toEqual(['0001_outbox'])
+    const shape = await describeSchema(t.db, 'public')
+    await migrate(t.db)
+    await migrate(t.db, { schema: 'public' })
+    expect(await migrationRows(t.db, 'public')).toEqual(before)
+    expect(await describeSchema(t.db, 'public')).toEqual(shape)
+  })
+
+  it('creates the outbox, counter and lane tables with the pending index', async () => {
+    const shape = await describeSchema(t.db, 'public')
+    const tables = new Set(shape.columns.map((line) => line.split('.')[0]))
+    expect([...tables].sort()).toEqual([...PRODUCER_TABLES].sort())
+    expect(shape.indexes.join('\n')).toMatch(
+      /outbox_pending_lane_idx .*\(aggregate_type, aggregate_id, sequence\).*WHERE \(status = 'pending'::text\)/,
+    )
+    expect(shape.constraints).toContain('outbox UNIQUE (aggregate_type, aggregate_id, sequence)')
+    expect(shape.constraints).toContain('outbox_counter PRIMARY KEY (aggregate_type, aggregate_id)')
+    expect(shape.constraints).toContain('outbox_lane PRIMARY KEY (aggregate_type, aggregate_id)')
+  })
+
+  it('works end to end in a custom schema and leaves public untouched', async () => {
+    const publicBefore = await describeSchema(t.db, 'public')
+    const publicTables = await tableNames(t.db, 'public')
+    const publicMigrations = await migrationRows(t.db, 'public')
+
+    await migrate(t.db, { schema: 'tenant_a' })
+    await migrate(t.db, { schema: 'tenant_a' })
+    expect((await migrationRows(t.db, 'tenant_a')).map((row) => row.name)).toEqual(['0001_outbox'])
+
+    const options = { schema: 'tenant_a' }
+    const results = await t.db.transaction().execute(async (trx) => [
+      await enqueue(
+        trx,
+        { aggregateType: 'order', aggregateId: '1', eventType: 'order.created', payload: { n: 1 } },
+        options,
+      ),
+      ...(await enqueueMany(
+        trx,
+        [
+          { aggregateType: 'order', aggregateId: '1', eventType: 'order.paid', payload: { n: 2 } },
+          { aggregateType: 'order', aggregateId: '2', eventType: 'order.created', payload: { n: 3 } },
+        ],
+        options,
+      )),
+    ])
+    expect(results.map((result) => result.sequence)).toEqual([1, 2, 1])
+
+    const rows = await t.db
+      .withSchema('tenant_a')
+      .selectFrom('outbox')
+      .select(['event_id', 'sequence'])
+      .execute()
+    expect(rows.map((row) => row.event_id).sort()).toEqual(results.map((result) => result.eventId).sort())
+    expect(await stats(t.db, options)).toMatchObject({ pending: 3, dead: 0, blocked: 0 })
+    expect(await prune(t.db, { ...options, retention: 0 })).toEqual({ removed: 0, caughtUp: true })
+
+    // Nothing leaked into public: no rows, same tables, same migrations.
+    expect(await stats(t.db)).toMatchObject({ pending: 0 })
+    const { rows: publicCounts } = await sql<{ n: string }>`
+      SELECT (SELECT count(*) FROM public.outbox) + (SELECT count(*) FROM public.outbox_counter)
+           + (SELECT count(*) FROM public.outbox_lane) AS n`.execute(t.db)
+    expect(publicCounts[0]!.n).toBe('0')
+    expect(await describeSchema(t.db, 'public')).toEqual(publicBefore)
+    expect(await tableNames(t.db, 'public')).toEqual(publicTables)
+    expect(await migrationRows(t.db, 'public')).toEqual(publicMigrations)
+    expect(await tableNames(t.db, 'tenant_a')).toEqual([...PRODUCER_TABLES].sort())
+    expect(await describeSchema(t.db, 'tenant_a')).toEqual(publicBefore)
+  })
+
+  it('exports SQL that builds the same schema as migrate', async () => {
+    await migrate(t.db, { schema: 'tenant_m' })
+    await sql.raw(producerMigrationSql({ schema: 'tenant_s' })).execute(t.db)
+    const migrated = await describeSchema(t.db, 'tenant_m')
+    const fromSql = await describeSchema(t.db, 'tenant_s')
+    const withoutBookkeeping = (lines: string[]) =>
+      lines.filter((line) => !line.includes(PRODUCER_MIGRATION_TABLE))
+    expect(withoutBookkeeping(fromSql.columns)).toEqual(withoutBookkeeping(migrated.columns))
+    expect(fromSql.indexes).toEqual(withoutBookkeeping(migrated.indexes))
+    expect(fromSql.constraints).toEqual(withoutBookkeeping(migrated.constraints))
+    // The exported SQL is itself re-runnable.
+    await sql.raw(producerMigrationSql({ schema: 'tenant_s' })).execute(t.db)
+    expect(producerMigrationSql()).toContain('CREATE SCHEMA IF NOT EXISTS "public"')
+  })
+
+  it('runs from several processes at once without error, even on a fresh schema', async () => {
+    const pools = Array.from({ length: 4 }, () => t.connect({ max: 2 }))
+    // Racing first-time migrations fail only sometimes, so race several fresh schemas.
+    for (let round = 0; round < 6; round++) {
+      const schema = `tenant_race_${round}`
+      await Promise.all(pools.map((db) => migrate(db, { schema })))
+      expect((await migrationRows(t.db, schema)).map((row) => row.name)).toEqual(['0001_outbox'])
+    }
+  })
+
+  it('refuses a schema name that is not a plain lower-case identifier', async () => {
+    for (const schema of ['Tenant', 'tenant-a', 'a"; DROP SCHEMA public; --', '', '1abc']) {
+      await expect(migrate(t.db, { schema })).rejects.toMatchObject({ code: 'ERR_OUTBOX_INVALID_OPTIONS' })
+      expect(() => producerMigrationSql({ schema })).toThrow(/schema must be a lower-case SQL identifier/)
+    }
+  })
+})
