@@ -5,7 +5,6 @@ import { claimCursor, judgeSequence } from './cursor.js'
 import type { ResolvedConsumerOptions } from './options.js'
 import { type ConsumerDatabase, inSchema } from './schema.js'
 import { advanceCursor } from './sql/advance-cursor.js'
-import { checkTransactionAlive } from './sql/check-transaction-alive.js'
 import { insertProcessedEvent } from './sql/insert-processed-event.js'
 
 /**
@@ -43,6 +42,10 @@ class SequenceGap extends Error {
  * aggregate's cursor, run the handler, advance the cursor, commit. READ COMMITTED is set explicitly: the
  * duplicate and ordering arguments in the sql/ modules rely on a blocked statement re-reading the committed row,
  * which REPEATABLE READ or SERIALIZABLE (if a database defaults to them) would turn into serialization failures.
+ *
+ * A handler that catches and swallows a database error leaves the transaction aborted; PostgreSQL then answers
+ * `COMMIT` with a silent rollback. Kysely (≥ 0.29) turns that ROLLBACK tag into an error, so the answer is a 500
+ * the producer retries — never a `200 applied` with nothing committed (a lost effect).
  */
 export async function applyEvent<TData>(
   options: ResolvedConsumerOptions,
@@ -72,8 +75,7 @@ export async function applyEvent<TData>(
           throw new HandlerFailure(error)
         }
 
-        if (options.sequence === 'off') await checkTransactionAlive(own)
-        else await advanceCursor(own, event, event.sequence)
+        if (options.sequence !== 'off') await advanceCursor(own, event, event.sequence)
         return { kind: 'delivered', status: 'applied' }
       })
   } catch (error) {

@@ -74,49 +74,64 @@ describe('dedupe: events of one aggregate are applied one after the other', () =
     await Promise.all(servers.map((server) => server.close()))
   })
 
-  it('two events posted at the same moment never overlap, and the cursor ends at the higher sequence', async () => {
-    const consumer = await slowConsumer('monotonic', 200)
-    servers.push(consumer.server)
-    const one = makeEvent({ aggregateId: 'same-moment', sequence: 1 })
-    const two = makeEvent({ aggregateId: 'same-moment', sequence: 2 })
+  // A new aggregate's first events serialize on creating its cursor row; later ones only on `FOR UPDATE`. Both.
+  for (const history of ['a new aggregate', 'an aggregate with a cursor'] as const) {
+    const base = history === 'a new aggregate' ? 0 : 1
 
-    const answers = await Promise.all([send(consumer.server.url, one), send(consumer.server.url, two)])
+    it(`two events posted at the same moment never overlap, and the cursor ends at the higher one (${history})`, async () => {
+      const consumer = await slowConsumer('monotonic', 200)
+      servers.push(consumer.server)
+      const aggregateId = `same-moment-${base}`
+      if (base > 0)
+        expect((await send(consumer.server.url, makeEvent({ aggregateId, sequence: base }))).status).toBe(200)
+      const lower = makeEvent({ aggregateId, sequence: base + 1 })
+      const higher = makeEvent({ aggregateId, sequence: base + 2 })
+      const runsBefore = consumer.runs.length
 
-    expect(answers.map((answer) => answer.status)).toEqual([200, 200])
-    expect(consumer.maxActive()).toBe(1)
-    expect(await cursorOf(db, 'order', 'same-moment')).toBe(2)
-    const [first, second] = consumer.runs
-    // Whichever won the cursor lock, the other ran after it ended — or, if 2 ran first, 1 was stale and skipped.
-    if (consumer.runs.length === 2) {
-      expect(second!.startedAt).toBeGreaterThanOrEqual(first!.endedAt)
-      expect(answers.map((answer) => answer.json.status)).toEqual(['applied', 'applied'])
-    } else {
-      expect(consumer.runs.map((run) => run.sequence)).toEqual([2])
-      expect(answers.map((answer) => answer.json.status)).toEqual(['stale_ignored', 'applied'])
-    }
-  })
+      const answers = await Promise.all([send(consumer.server.url, lower), send(consumer.server.url, higher)])
 
-  it('a later event arriving while the earlier one is in its handler waits, then applies', async () => {
-    const consumer = await slowConsumer('strict', 300)
-    servers.push(consumer.server)
-    const one = makeEvent({ aggregateId: 'waits', sequence: 1 })
-    const two = makeEvent({ aggregateId: 'waits', sequence: 2 })
+      expect(answers.map((answer) => answer.status)).toEqual([200, 200])
+      expect(consumer.maxActive()).toBe(1)
+      expect(await cursorOf(db, 'order', aggregateId)).toBe(base + 2)
+      const runs = consumer.runs.slice(runsBefore)
+      // Whichever won the cursor lock, the other ran after it ended — or, if the higher ran first, the lower was
+      // stale and skipped.
+      if (runs.length === 2) {
+        expect(runs[1]!.startedAt).toBeGreaterThanOrEqual(runs[0]!.endedAt)
+        expect(answers.map((answer) => answer.json.status)).toEqual(['applied', 'applied'])
+      } else {
+        expect(runs.map((run) => run.sequence)).toEqual([base + 2])
+        expect(answers.map((answer) => answer.json.status)).toEqual(['stale_ignored', 'applied'])
+      }
+    })
 
-    const oneStarted = consumer.handlerStarted(1)
-    const first = send(consumer.server.url, one)
-    await oneStarted
-    const second = send(consumer.server.url, two)
-    const answers = await Promise.all([first, second])
+    it(`a later event arriving while the earlier one is in its handler waits, then applies (${history})`, async () => {
+      const consumer = await slowConsumer('strict', 300)
+      servers.push(consumer.server)
+      const aggregateId = `waits-${base}`
+      if (base > 0)
+        expect((await send(consumer.server.url, makeEvent({ aggregateId, sequence: base }))).status).toBe(200)
+      const earlier = makeEvent({ aggregateId, sequence: base + 1 })
+      const later = makeEvent({ aggregateId, sequence: base + 2 })
+      const runsBefore = consumer.runs.length
 
-    // Under 'strict' a 2 that did not wait would have seen cursor 0 and answered 409.
-    expect(answers.map((answer) => [answer.status, answer.json.status])).toEqual([
-      [200, 'applied'],
-      [200, 'applied'],
-    ])
-    expect(consumer.runs.map((run) => run.sequence)).toEqual([1, 2])
-    expect(consumer.runs[1]!.startedAt).toBeGreaterThanOrEqual(consumer.runs[0]!.endedAt)
-    expect(await cursorOf(db, 'order', 'waits')).toBe(2)
-  })
+      const earlierStarted = consumer.handlerStarted(base + 1)
+      const first = send(consumer.server.url, earlier)
+      await earlierStarted
+      const second = send(consumer.server.url, later)
+      const answers = await Promise.all([first, second])
+
+      // Under 'strict' a later event that did not wait would have read the old cursor and answered 409.
+      expect(answers.map((answer) => [answer.status, answer.json.status])).toEqual([
+        [200, 'applied'],
+        [200, 'applied'],
+      ])
+      const runs = consumer.runs.slice(runsBefore)
+      expect(runs.map((run) => run.sequence)).toEqual([base + 1, base + 2])
+      expect(runs[1]!.startedAt).toBeGreaterThanOrEqual(runs[0]!.endedAt)
+      expect(await cursorOf(db, 'order', aggregateId)).toBe(base + 2)
+    })
+  }
 
   it('different aggregates are not serialized: their handlers overlap', async () => {
     const consumer = await slowConsumer('strict', 300)

@@ -7,9 +7,9 @@ import type { AggregateKey } from './lock-cursor.js'
  * Moves an aggregate's cursor to `sequence` after its handler ran, never backwards.
  *
  * The row is already locked by {@link lockCursor} in this transaction, so `GREATEST` is a second guard rather than
- * the only one: whatever path led here, a cursor can only grow. This statement also runs AFTER the handler on
- * purpose — if the handler swallowed a database error, the transaction is aborted and this fails with 25P02,
- * turning what would have been a silent `COMMIT`-that-rolls-back into a 500 the producer retries.
+ * the only one: whatever path led here, a cursor can only grow. It runs AFTER the handler so the cursor moves only
+ * with an effect that is about to commit; if the handler swallowed a database error, this fails with 25P02 (the
+ * transaction is aborted) and the delivery is answered 500 and retried.
  */
 export async function advanceCursor(
   db: Kysely<ConsumerDatabase>,
