@@ -43,3 +43,12 @@ export async function waitFor(
 
 /** Millisecond retry schedule with many attempts: random-failure tests are then not flaky. */
 export const FAST_SCHEDULE: readonly number[] = Array.from({ length: 30 }, () => 5)
+
+/** A promise with its resolve function outside (Node 20 has no Promise.withResolvers). */
+export function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void
+  const promise = new Promise<T>((settle) => {
+    resolve = settle
+  })
+  return { promise, resolve }
+}

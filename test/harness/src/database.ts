@@ -21,9 +21,10 @@ export function withDatabase(url: string, database: string): string {
 
 /** Opens a Kysely instance on its own pool; whoever opens it destroys it. */
 export function openKysely(url: string, options: { max?: number } = {}): Kysely<any> {
-  return new Kysely<any>({
-    dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: url, max: options.max ?? 10 }) }),
-  })
+  const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10 })
+  // An idle client whose server went away (a dropped database, a restart) must not crash the test process.
+  pool.on('error', () => {})
+  return new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
 }
 
 /** A database of one test file, cloned from the migrated template. */

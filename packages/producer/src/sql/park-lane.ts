@@ -21,14 +21,16 @@ export async function parkLane(
       WHERE claim_token = ${park.claimToken}
       RETURNING aggregate_type, aggregate_id
     ), head AS (
-      UPDATE ${outbox} o SET last_status = 409, last_error = ${park.error}, last_attempt_at = ${park.attemptedAt}
+      UPDATE ${outbox} o
+      SET last_status = 409, last_error = ${park.error}, last_attempt_at = ${park.attemptedAt},
+          available_at = now() + ${delayMs} * interval '1 millisecond'
       FROM released
       WHERE o.id = ${park.id} AND o.status = 'pending'
     ), lane_rows AS (
       UPDATE ${outbox} o SET available_at = now() + ${delayMs} * interval '1 millisecond'
       FROM released
       WHERE o.aggregate_type = released.aggregate_type AND o.aggregate_id = released.aggregate_id
-        AND o.status = 'pending'
+        AND o.status = 'pending' AND o.id <> ${park.id}
     )
     SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)
   return rows[0]?.owned === true

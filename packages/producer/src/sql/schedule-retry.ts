@@ -5,7 +5,8 @@ import type { FailedAttempt } from './failed-attempt.js'
  * Records a failed attempt on a lane's head, sets the whole lane's due time to `delayMs` from now (database time)
  * and releases the lane — one statement, fenced by the claim token (a stale owner changes nothing).
  *
- * Why every pending row of the lane moves, not just the head: the claim starts from the due index, and rows
+ * The head and the rows behind it are updated by separate sub-statements that never touch the same row (one
+ * statement may not modify a row twice). Why every pending row of the lane moves, not just the head: the claim starts from the due index, and rows
  * behind a waiting head must not look due, or every claim would scan them and find the head not ready.
  */
 export async function scheduleRetry(
@@ -24,14 +25,14 @@ export async function scheduleRetry(
     ), head AS (
       UPDATE ${outbox} o
       SET attempts = ${failure.attempts}, last_status = ${failure.httpStatus}, last_error = ${failure.error},
-          last_attempt_at = ${failure.attemptedAt}
+          last_attempt_at = ${failure.attemptedAt}, available_at = now() + ${delayMs} * interval '1 millisecond'
       FROM released
       WHERE o.id = ${failure.id} AND o.status = 'pending'
     ), lane_rows AS (
       UPDATE ${outbox} o SET available_at = now() + ${delayMs} * interval '1 millisecond'
       FROM released
       WHERE o.aggregate_type = released.aggregate_type AND o.aggregate_id = released.aggregate_id
-        AND o.status = 'pending'
+        AND o.status = 'pending' AND o.id <> ${failure.id}
     )
     SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)
   return rows[0]?.owned === true

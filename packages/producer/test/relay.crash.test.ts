@@ -1,0 +1,112 @@
+import { startSink, useTestDatabase } from '@outbox/test-harness'
+import { afterEach, describe, expect, it } from 'vitest'
+import { stats } from '../src/index.js'
+import { type RelayProcess, spawnRelay } from './relay-process.js'
+import { deferred, seedEvents, waitFor } from './support.js'
+
+const t = useTestDatabase()
+const processes: RelayProcess[] = []
+
+afterEach(async () => {
+  await Promise.all(processes.splice(0).map((relay) => relay.kill()))
+})
+
+describe('relay crashes (real processes, SIGKILL)', () => {
+  it('a crash between the POST and its mark-sent gives a duplicate with the same event id, never a loss', async () => {
+    await seedEvents(t.db, ['crash-1'], 1)
+    let first: RelayProcess | undefined
+    const started = deferred()
+    const sink = await startSink(async (request) => {
+      await started.promise
+      if (first && sink.requests.length === 1) {
+        // The subscriber applies the event, then the relay dies before it can record the 2xx.
+        await first.kill()
+      }
+      return { status: 200, body: { status: request === sink.requests[0] ? 'applied' : 'duplicate_ignored' } }
+    })
+    try {
+      const options = { endpoint: sink.url, leaseMs: 1000, requestTimeoutMs: 300, pollIntervalMs: 20 }
+      first = await spawnRelay(t.url, options)
+      processes.push(first)
+      started.resolve()
+      await waitFor(() => sink.requests.length === 1, 'the first delivery')
+      await first.kill()
+      const row = await t.db.selectFrom('outbox').selectAll().executeTakeFirstOrThrow()
+      expect(row.status).toBe('pending')
+
+      processes.push(await spawnRelay(t.url, options))
+      await waitFor(async () => (await stats(t.db)).pending === 0, 'the takeover to deliver')
+      expect(sink.requests).toHaveLength(2)
+      expect(sink.requests[1]!.json.event_id).toBe(sink.requests[0]!.json.event_id)
+      expect(sink.requests[1]!.json.sequence).toBe(sink.requests[0]!.json.sequence)
+      const sent = await t.db
+        .selectFrom('outbox')
+        .selectAll()
+        .where('id', '=', row.id)
+        .executeTakeFirstOrThrow()
+      expect(sent).toMatchObject({ status: 'sent', delivery_status: 'duplicate_ignored' })
+    } finally {
+      await sink.close()
+    }
+  })
+
+  it('an event that kills its relay every time is dead-lettered after maxAttempts takeovers; its lane moves on', {
+    timeout: 60_000,
+  }, async () => {
+    await seedEvents(t.db, ['poison'], 2)
+    const options = {
+      endpoint: '',
+      leaseMs: 600,
+      requestTimeoutMs: 200,
+      pollIntervalMs: 20,
+      retrySchedule: [5, 5],
+    }
+    let current: RelayProcess | undefined
+    let kills = 0
+    let started = deferred()
+    const sink = await startSink(async (request) => {
+      await started.promise
+      if (request.json.sequence === 1) {
+        kills += 1
+        await current?.kill()
+        return 'hang'
+      }
+      return { status: 200, body: { status: 'applied' } }
+    })
+    try {
+      const spawnOne = async () => {
+        started = deferred()
+        current = await spawnRelay(t.url, { ...options, endpoint: sink.url })
+        processes.push(current)
+        started.resolve()
+      }
+      await spawnOne()
+      // Each time the poison head kills its relay, start another one, as a supervisor would.
+      await waitFor(
+        async () => {
+          if (current?.child.exitCode !== null || current?.child.signalCode !== null) await spawnOne()
+          return (await stats(t.db)).dead === 1
+        },
+        'the poison event to be dead-lettered',
+        40_000,
+      )
+      await waitFor(async () => (await stats(t.db)).pending === 0, 'the rest of the lane')
+      const rows = await t.db
+        .selectFrom('outbox')
+        .selectAll()
+        .where('aggregate_id', '=', 'poison')
+        .orderBy('sequence')
+        .execute()
+      expect(rows.map((row) => [Number(row.sequence), row.status])).toEqual([
+        [1, 'dead'],
+        [2, 'sent'],
+      ])
+      // maxAttempts = retrySchedule.length + 1 = 3, each counted at a takeover.
+      expect(rows[0]!.attempts).toBe(3)
+      expect(kills).toBe(3)
+      expect(rows[0]!.last_error).toMatch(/kept expiring without an outcome/)
+    } finally {
+      await sink.close()
+    }
+  })
+})
