@@ -69,8 +69,8 @@ export interface CliProcess {
   readonly stderr: () => string
   /** Output lines so far (stdout). */
   readonly lines: () => string[]
-  /** Resolves when stdout matches; rejects on time-out or if the process exits first. */
-  waitForStdout(check: (stdout: string) => boolean, what: string, timeoutMs?: number): Promise<void>
+  /** Resolves when `check` passes (tried on every output); rejects on time-out or if the process exits first. */
+  waitFor(check: () => boolean, what: string, timeoutMs?: number): Promise<void>
   /** Sends a signal and resolves with the finished run. */
   stop(signal: NodeJS.Signals, timeoutMs?: number): Promise<CliResult>
   readonly exited: Promise<CliResult>
@@ -96,6 +96,7 @@ export function startCli(args: readonly string[], env: NodeJS.ProcessEnv): CliPr
   })
   child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
     stderr += chunk
+    for (const listener of listeners) listener()
   })
   const exited = new Promise<CliResult>((resolve) => {
     child.once('close', (code, signal) => {
@@ -111,14 +112,14 @@ export function startCli(args: readonly string[], env: NodeJS.ProcessEnv): CliPr
     stderr: () => stderr,
     lines: () => stdout.split('\n').filter(Boolean),
     exited,
-    waitForStdout(check, what, timeoutMs = 15_000) {
+    waitFor(check, what, timeoutMs = 15_000) {
       return new Promise<void>((resolve, reject) => {
         const timer = setTimeout(
           () => finish(new Error(`timed out waiting for ${what}; stdout:\n${stdout}\nstderr:\n${stderr}`)),
           timeoutMs,
         )
         const listener = () => {
-          if (check(stdout)) finish()
+          if (check()) finish()
           else if (done())
             finish(new Error(`the CLI exited before ${what}; stdout:\n${stdout}\nstderr:\n${stderr}`))
         }

@@ -68,7 +68,7 @@ describe('outbox stats', () => {
 
   it('--watch prints a line per tick when not on a terminal and stops cleanly on SIGINT', async () => {
     const watch = startCli(['stats', '--watch', '--interval', '200ms'], cliEnv({ DATABASE_URL: t.url }))
-    await watch.waitForStdout(() => watch.lines().length >= 2, 'two ticks')
+    await watch.waitFor(() => watch.lines().length >= 2, 'two ticks')
     const result = await watch.stop('SIGINT')
     expect(result, result.stderr).toMatchObject({ code: 0, signal: null, stderr: '' })
     const lines = result.stdout.trimEnd().split('\n')
@@ -86,7 +86,7 @@ describe('outbox stats', () => {
       ['stats', '--watch', '--json', '--interval', '100ms'],
       cliEnv({ DATABASE_URL: t.url }),
     )
-    await watch.waitForStdout(() => watch.lines().length >= 2, 'two ticks')
+    await watch.waitFor(() => watch.lines().length >= 2, 'two ticks')
     const result = await watch.stop('SIGTERM')
     expect(result, result.stderr).toMatchObject({ code: 0, signal: null, stderr: '' })
     for (const line of result.stdout.trimEnd().split('\n')) {
@@ -102,7 +102,7 @@ describe('outbox stats', () => {
       ['stats', '--watch', '--interval', '100ms', '--schema', 'cli_watch'],
       cliEnv({ DATABASE_URL: t.url }),
     )
-    await watch.waitForStdout(() => watch.lines().length >= 1, 'a first tick')
+    await watch.waitFor(() => watch.lines().length >= 1, 'a first tick')
     await sql`ALTER SCHEMA cli_watch RENAME TO cli_watch_away`.execute(t.db)
     try {
       const deadline = Date.now() + 15_000
@@ -113,7 +113,7 @@ describe('outbox stats', () => {
       await sql`ALTER SCHEMA cli_watch_away RENAME TO cli_watch`.execute(t.db)
     }
     const before = watch.lines().length
-    await watch.waitForStdout(() => watch.lines().length > before, 'a tick after the schema came back')
+    await watch.waitFor(() => watch.lines().length > before, 'a tick after the schema came back')
     const result = await watch.stop('SIGINT')
     expect(result.code).toBe(0)
     expect(result.stderr).toMatch(
