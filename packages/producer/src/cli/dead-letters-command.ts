@@ -1,4 +1,4 @@
-import { type DeadLetter, listDeadLetters, redrive } from '../index.js'
+import { type DeadLetter, listDeadLetters, OutboxError, redrive } from '../index.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
@@ -32,7 +32,13 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
   const target = resolveDatabase(values, io.env)
   const dead = await withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
     listDeadLetters(db, { limit, after: values.after, schema: target.schema }),
-  )
+  ).catch((error: unknown) => {
+    // The only option the library can still reject here is the cursor: name it as the flag it came from.
+    if (error instanceof OutboxError && error.code === 'ERR_OUTBOX_INVALID_OPTIONS') {
+      throw new UsageError(error.message.replace(/^after\b/, '--after'), { cause: error })
+    }
+    throw error
+  })
   if (values.json) {
     writeLine(io.stdout, JSON.stringify(dead, null, 2))
   } else if (dead.length === 0) {
