@@ -8,9 +8,24 @@ import { advanceCursor } from './sql/advance-cursor.js'
 import { insertProcessedEvent } from './sql/insert-processed-event.js'
 
 /**
- * The application's code for one event: it runs inside the transaction that records the event id, so its writes
- * on `trx` commit together with that record, or not at all. Throw to refuse (→ 500, the producer retries); do not
- * answer the request yourself.
+ * The application's code for one event, given to `dedupe`.
+ *
+ * It runs inside the transaction that records the event id, so its writes on `trx` commit together with that
+ * record or not at all: an effect is applied at most once, and — because a failure answers 500 and the producer
+ * retries — at least once. Throw to refuse the event; never answer the request yourself. `TData` types
+ * `event.data` (it is not checked at run time), `DB` types `trx`.
+ *
+ * @example
+ * ```ts
+ * import type { DedupeHandler } from '@outbox/consumer'
+ *
+ * interface Database {
+ *   orders: { id: string; status: string }
+ * }
+ * const onOrderEvent: DedupeHandler<{ order_id: string; status: string }, Database> = async (event, trx) => {
+ *   await trx.updateTable('orders').set({ status: event.data.status }).where('id', '=', event.data.order_id).execute()
+ * }
+ * ```
  */
 export type DedupeHandler<TData = unknown, DB = any> = (
   event: OutboxEvent<TData>,

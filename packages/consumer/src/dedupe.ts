@@ -14,7 +14,20 @@ import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOpti
 import { contentTypeProblem, isBodyConsumed, readRawBody } from './read-body.js'
 import { type Refusal, refusal, respondDelivered, respondProblem } from './respond.js'
 
-/** What {@link createConsumer} returns. */
+/**
+ * What {@link createConsumer} returns: the `dedupe` wrapper, bound to one database and one set of checked options.
+ *
+ * @example
+ * ```ts
+ * import { type Consumer, createConsumer } from '@outbox/consumer'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ *
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const consumer: Consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const onEvent = consumer.dedupe(async (event) => console.log(event.type, event.sequence))
+ * ```
+ */
 export interface Consumer<DB = any> {
   /**
    * Wraps a handler into one Express request handler that authenticates, validates, dedupes and orders each

@@ -6,6 +6,12 @@
  * - `ERR_OUTBOX_INVALID_SECRET`: a signing secret is not `whsec_` + base64 (the secret itself is never shown).
  * - `ERR_OUTBOX_MIGRATION_FAILED`: `migrate` could not bring the consumer tables up to date; see `cause`.
  * - `ERR_OUTBOX_BODY_ALREADY_PARSED`: a body parser read the request before `dedupe` (a mounting mistake).
+ *
+ * @example
+ * ```ts
+ * import type { OutboxErrorCode } from '@outbox/consumer'
+ * const isConfigurationMistake = (code: OutboxErrorCode) => code !== 'ERR_OUTBOX_MIGRATION_FAILED'
+ * ```
  */
 export type OutboxErrorCode =
   | 'ERR_OUTBOX_INVALID_OPTION'

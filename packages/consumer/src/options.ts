@@ -21,16 +21,49 @@ import type { Refusal } from './respond.js'
  *   `stale_ignored`. Needs the producer's `onExhausted: 'block'` and an endpoint that receives every event of
  *   the aggregate.
  * - `'off'`: dedupe only; no cursor is kept.
+ *
+ * @example
+ * ```ts
+ * import type { SequencePolicy } from '@outbox/consumer'
+ * const policy: SequencePolicy = process.env.STRICT_ORDER === '1' ? 'strict' : 'monotonic'
+ * ```
  */
 export type SequencePolicy = 'monotonic' | 'strict' | 'off'
 
 /**
  * Under `sequence: 'strict'`, which sequence an aggregate's first event may carry: `1` (the aggregate's whole
  * history must arrive) or `'any'` (a subscriber joining mid-stream starts at whatever arrives first).
+ *
+ * @example
+ * ```ts
+ * import { createConsumer } from '@outbox/consumer'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ *
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const { dedupe } = createConsumer({ db, sequence: 'strict', firstSequence: 'any' })
+ * ```
  */
 export type FirstSequence = 1 | 'any'
 
-/** Options of {@link createConsumer}. Checked once, when the consumer is created. */
+/**
+ * Options of {@link createConsumer}. Checked once, when the consumer is created: a wrong or unknown option
+ * throws `OutboxError` there, never at the first request.
+ *
+ * @example
+ * ```ts
+ * import type { ConsumerOptions } from '@outbox/consumer'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ *
+ * const options: ConsumerOptions = {
+ *   db: new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) }),
+ *   secret: [process.env.WEBHOOK_SECRET_NEW ?? '', process.env.WEBHOOK_SECRET_OLD ?? ''],
+ *   sequence: 'monotonic',
+ *   maxBodyBytes: 2 * 1024 * 1024,
+ * }
+ * ```
+ */
 export interface ConsumerOptions<DB = any> {
   /** The Kysely instance (not a transaction): each delivery runs in its own transaction on it. */
   readonly db: Kysely<DB>
@@ -56,7 +89,15 @@ export interface ConsumerOptions<DB = any> {
   readonly onError?: (refused: Refusal, req: Request) => void
 }
 
-/** The checked, fully defaulted and frozen form of {@link ConsumerOptions}. */
+/**
+ * The checked, fully defaulted and frozen form of {@link ConsumerOptions}, built once per consumer.
+ *
+ * @example
+ * ```ts
+ * import type { ResolvedConsumerOptions } from '@outbox/consumer'
+ * const describePolicy = (options: ResolvedConsumerOptions) => `${options.sequence}, ${options.maxBodyBytes} bytes`
+ * ```
+ */
 export interface ResolvedConsumerOptions {
   readonly db: Kysely<any>
   readonly keys: readonly SigningKey[] | undefined

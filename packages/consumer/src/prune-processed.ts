@@ -5,7 +5,15 @@ import { checkDatabase, checkSchema } from './options.js'
 import { type ConsumerDatabase, inSchema } from './schema.js'
 import { deleteProcessedBatch } from './sql/delete-processed-batch.js'
 
-/** Options of {@link pruneProcessed}. */
+/**
+ * Options of {@link pruneProcessed}.
+ *
+ * @example
+ * ```ts
+ * import type { PruneProcessedOptions } from '@outbox/consumer'
+ * const nightly: PruneProcessedOptions = { retention: '30d', batchSize: 5000, maxBatches: 200, pauseMs: 20 }
+ * ```
+ */
 export interface PruneProcessedOptions {
   /**
    * Keep ids received within this window: milliseconds, or a string such as `'30d'`, `'36h'`, `'90m'`. Must cover
@@ -24,7 +32,15 @@ export interface PruneProcessedOptions {
   readonly logger?: Logger
 }
 
-/** What one {@link pruneProcessed} call did. */
+/**
+ * What one {@link pruneProcessed} call did.
+ *
+ * @example
+ * ```ts
+ * import type { PruneProcessedResult } from '@outbox/consumer'
+ * const report = (result: PruneProcessedResult) => `${result.removed} removed, caught up: ${result.caughtUp}`
+ * ```
+ */
 export interface PruneProcessedResult {
   /** Rows of `processed_events` deleted. */
   readonly removed: number
@@ -32,9 +48,25 @@ export interface PruneProcessedResult {
   readonly caughtUp: boolean
 }
 
-/** Default rows per batch of {@link pruneProcessed}. */
+/**
+ * Default rows per batch of {@link pruneProcessed}.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_PRUNE_BATCH_SIZE } from '@outbox/consumer'
+ * const batchSize = DEFAULT_PRUNE_BATCH_SIZE * 5
+ * ```
+ */
 export const DEFAULT_PRUNE_BATCH_SIZE = 1000
-/** Default maximum batches per {@link pruneProcessed} call. */
+/**
+ * Default maximum batches per {@link pruneProcessed} call.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_PRUNE_MAX_BATCHES } from '@outbox/consumer'
+ * const maxBatches = DEFAULT_PRUNE_MAX_BATCHES * 2
+ * ```
+ */
 export const DEFAULT_PRUNE_MAX_BATCHES = 100
 
 /** The producer's default retry horizon (5 s + 5 m + 30 m + 2 h + 5 h + 10 h + 10 h, +20% jitter), rounded up. */

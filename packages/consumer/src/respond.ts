@@ -11,6 +11,19 @@ import {
  * One refused delivery, as `onError` and the logger see it: the answer's status and stable problem code, a
  * detail sentence, what is known about the event, and — for `handler_failed` and `body_already_parsed` — the
  * underlying error as `cause` (never sent to the client).
+ *
+ * @example
+ * ```ts
+ * import { createConsumer, type Refusal } from '@outbox/consumer'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ *
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const onError = (refused: Refusal) => {
+ *   if (refused.status >= 500) console.error(refused.code, refused.eventId, refused.cause)
+ * }
+ * const { dedupe } = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, onError })
+ * ```
  */
 export interface Refusal {
   readonly status: number

@@ -11,7 +11,16 @@ import { type Migration, Migrator } from 'kysely/migration'
 import { OutboxError } from './errors.js'
 import { checkDatabase, checkSchema } from './options.js'
 
-/** A row of `processed_events`: one event id this consumer has recorded (applied or stale). */
+/**
+ * A row of `processed_events`: one event id this consumer has recorded (applied or stale). The primary key on
+ * `event_id` is what makes a duplicate a no-op.
+ *
+ * @example
+ * ```ts
+ * import type { ProcessedEventsTable } from '@outbox/consumer'
+ * type Column = keyof ProcessedEventsTable // 'event_id' | 'aggregate_type' | …
+ * ```
+ */
 export interface ProcessedEventsTable {
   event_id: string
   aggregate_type: string
@@ -22,7 +31,16 @@ export interface ProcessedEventsTable {
   received_at: Generated<Date>
 }
 
-/** A row of `consumer_cursors`: the highest sequence applied for one aggregate (type, id). */
+/**
+ * A row of `consumer_cursors`: the highest sequence applied for one aggregate (type, id). It only grows, and it is
+ * never pruned.
+ *
+ * @example
+ * ```ts
+ * import type { ConsumerCursorsTable } from '@outbox/consumer'
+ * const lastApplied = (row: Pick<ConsumerCursorsTable, 'last_sequence'>) => Number(row.last_sequence)
+ * ```
+ */
 export interface ConsumerCursorsTable {
   aggregate_type: string
   aggregate_id: string
@@ -49,12 +67,36 @@ export interface ConsumerDatabase {
   consumer_cursors: ConsumerCursorsTable
 }
 
-/** Kysely migration table of this package, apart from the producer's `outbox_producer_migration`. */
+/**
+ * Kysely migration table of this package, apart from the producer's `outbox_producer_migration`.
+ *
+ * @example
+ * ```ts
+ * import { CONSUMER_MIGRATION_TABLE } from '@outbox/consumer'
+ * console.log(`select * from ${CONSUMER_MIGRATION_TABLE}`)
+ * ```
+ */
 export const CONSUMER_MIGRATION_TABLE = 'outbox_consumer_migration'
-/** Kysely migration lock table of this package. */
+/**
+ * Kysely migration lock table of this package.
+ *
+ * @example
+ * ```ts
+ * import { CONSUMER_MIGRATION_LOCK_TABLE } from '@outbox/consumer'
+ * console.log(CONSUMER_MIGRATION_LOCK_TABLE) // 'outbox_consumer_migration_lock'
+ * ```
+ */
 export const CONSUMER_MIGRATION_LOCK_TABLE = 'outbox_consumer_migration_lock'
 
-/** Options of {@link migrate} and {@link migrationSql}. */
+/**
+ * Options of {@link migrate} and {@link migrationSql}.
+ *
+ * @example
+ * ```ts
+ * import type { MigrateOptions } from '@outbox/consumer'
+ * const options: MigrateOptions = { schema: 'webhooks' }
+ * ```
+ */
 export interface MigrateOptions {
   /** Schema to create the tables (and the migration tables) in; created if missing. @defaultValue the search_path */
   readonly schema?: string

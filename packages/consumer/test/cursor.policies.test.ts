@@ -7,7 +7,6 @@ import { judgeSequence } from '../src/cursor.js'
 import { type ConsumerOptions, createConsumer } from '../src/index.js'
 import {
   appWith,
-  closingPools,
   createEffects,
   cursorOf,
   delivery,
@@ -17,7 +16,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = closingPools(useTestDatabase())
+const t = useTestDatabase()
 
 beforeAll(async () => {
   await createEffects(t.db)

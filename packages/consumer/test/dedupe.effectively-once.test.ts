@@ -4,7 +4,6 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer } from '../src/index.js'
 import {
   appWith,
-  closingPools,
   countRows,
   createEffects,
   delivery,
@@ -18,7 +17,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = closingPools(useTestDatabase())
+const t = useTestDatabase()
 
 beforeAll(async () => {
   await createEffects(t.db)

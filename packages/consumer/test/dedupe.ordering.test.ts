@@ -5,7 +5,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer, type SequencePolicy } from '../src/index.js'
 import {
   appWith,
-  closingPools,
   createEffects,
   cursorOf,
   delivery,
@@ -17,7 +16,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = closingPools(useTestDatabase())
+const t = useTestDatabase()
 let db: Kysely<any>
 
 interface Run {

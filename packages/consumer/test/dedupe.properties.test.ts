@@ -7,7 +7,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer, type DedupeHandler } from '../src/index.js'
 import {
   appWith,
-  closingPools,
   countRows,
   createEffects,
   type HttpAnswer,
@@ -18,7 +17,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = closingPools(useTestDatabase())
+const t = useTestDatabase()
 const secret = newSecret()
 const keys = parseSigningSecrets(secret)
 const MAX_BODY_BYTES = 8 * 1024
@@ -31,10 +30,7 @@ let signed: string
 
 beforeAll(async () => {
   await createEffects(t.db)
-  const handler = async (
-    event: Parameters<Parameters<ReturnType<typeof createConsumer>['dedupe']>[0]>[0],
-    trx: any,
-  ) => {
+  const handler: DedupeHandler = async (event, trx) => {
     calls++
     await writeEffect(trx, event)
   }

@@ -6,7 +6,6 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer, OutboxError } from '../src/index.js'
 import {
   appWith,
-  closingPools,
   countRows,
   createEffects,
   delivery,
@@ -19,7 +18,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = closingPools(useTestDatabase())
+const t = useTestDatabase()
 
 beforeAll(async () => {
   await createEffects(t.db)

@@ -5,7 +5,6 @@ import { beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer } from '../src/index.js'
 import {
   appWith,
-  closingPools,
   countRows,
   createEffects,
   delivery,
@@ -16,7 +15,7 @@ import {
   writeEffect,
 } from './support.js'
 
-const t = closingPools(useTestDatabase())
+const t = useTestDatabase()
 const secret = newSecret()
 
 beforeAll(async () => {

@@ -4,9 +4,9 @@ import type { Transaction } from 'kysely'
 import { describe, expect, expectTypeOf, it } from 'vitest'
 import { type ConsumerOptions, createConsumer, OutboxError } from '../src/index.js'
 import { resolveConsumerOptions } from '../src/options.js'
-import { closingPools, newSecret, quiet, recordingLogger } from './support.js'
+import { newSecret, quiet, recordingLogger } from './support.js'
 
-const t = closingPools(useTestDatabase())
+const t = useTestDatabase()
 
 function refusal(options: unknown): OutboxError {
   try {

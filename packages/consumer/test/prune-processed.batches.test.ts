@@ -5,9 +5,9 @@ import request from 'supertest'
 import { beforeEach, describe, expect, it } from 'vitest'
 import { createConsumer, migrate, OutboxError, pruneProcessed } from '../src/index.js'
 import { parseRetentionMs } from '../src/prune-processed.js'
-import { appWith, closingPools, countRows, delivery, makeEvent, quiet, recordingLogger } from './support.js'
+import { appWith, countRows, delivery, makeEvent, quiet, recordingLogger } from './support.js'
 
-const t = closingPools(useTestDatabase())
+const t = useTestDatabase()
 const DAY_MS = 86_400_000
 
 /** Inserts `count` processed ids received `ageDays` ago, spread over aggregates that all have cursors. */

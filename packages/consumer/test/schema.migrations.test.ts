@@ -10,9 +10,9 @@ import {
   migrationSql,
   OutboxError,
 } from '../src/index.js'
-import { appWith, closingPools, countRows, cursorOf, delivery, makeEvent, quiet } from './support.js'
+import { appWith, countRows, cursorOf, delivery, makeEvent, quiet } from './support.js'
 
-const t = closingPools(useTestDatabase())
+const t = useTestDatabase()
 
 async function tablesIn(schema: string): Promise<string[]> {
   const { rows } = await sql<{ table_name: string }>`

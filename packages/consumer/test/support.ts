@@ -8,38 +8,9 @@ import {
   serializeEnvelope,
   signWebhook,
 } from '@outbox/protocol'
-import type { TestDatabase } from '@outbox/test-harness'
 import express, { type Express, type RequestHandler } from 'express'
 import { type Kysely, sql } from 'kysely'
-import { afterAll } from 'vitest'
 import type { Logger, Refusal } from '../src/index.js'
-
-/**
- * Closes this file's pools itself, then waits a moment, before the harness drops the database.
- *
- * Why: pg-pool's `end()` resolves as soon as its clients are *removed*, before their sockets have closed; the
- * harness then runs `DROP DATABASE … WITH (FORCE)`, PostgreSQL terminates the still-open backends (57P01), and
- * the pool re-emits that as an unhandled 'error'. Registered after `useTestDatabase()`, this `afterAll` runs
- * before the harness's (vitest runs after-hooks in stack order), and the harness's second `destroy()` is a no-op.
- */
-export function closingPools(t: TestDatabase): TestDatabase {
-  const pools: Kysely<any>[] = []
-  afterAll(async () => {
-    await Promise.allSettled([t.db, ...pools].map((db) => db.destroy()))
-    await sleep(200)
-  })
-  return {
-    url: t.url,
-    get db() {
-      return t.db
-    },
-    connect(options?: { max?: number }) {
-      const db = t.connect(options)
-      pools.push(db)
-      return db
-    },
-  }
-}
 
 /** A fresh Standard Webhooks secret (`whsec_` + base64 of 24 random bytes). */
 export function newSecret(): string {
