@@ -94,16 +94,11 @@ function checkTransport(req: Request, options: ResolvedConsumerOptions): Refusal
  * database and fail there with a 500 — a client's mistake answered as a server error, retried forever.
  */
 function checkStorable(event: OutboxEvent<unknown>): Refusal | undefined {
-  const fields = (['type', 'aggregate_type', 'aggregate_id'] as const).filter((field) =>
-    (field === 'type'
-      ? event.type
-      : field === 'aggregate_type'
-        ? event.aggregateType
-        : event.aggregateId
-    ).includes('\u0000'),
-  )
-  if (fields.length === 0) return undefined
-  const errors = fields.map((field) => `${field} must not contain the NUL character (U+0000)`)
+  const keys = { type: event.type, aggregate_type: event.aggregateType, aggregate_id: event.aggregateId }
+  const errors = Object.entries(keys)
+    .filter(([, value]) => value.includes('\u0000'))
+    .map(([field]) => `${field} must not contain the NUL character (U+0000)`)
+  if (errors.length === 0) return undefined
   return refusal('invalid_envelope', errors.join('; '), { eventId: event.eventId, extensions: { errors } })
 }
 
