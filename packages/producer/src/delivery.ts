@@ -14,6 +14,8 @@ export type DeliveryOutcome =
   | { readonly kind: 'success'; readonly httpStatus: number; readonly deliveryStatus: DeliveryStatus | null }
   /** 409: the consumer waits for an earlier sequence. Not an attempt. */
   | { readonly kind: 'conflict'; readonly httpStatus: 409; readonly error: string }
+  /** Cut short because the relay is stopping: not an attempt; the lane is handed back as it is. */
+  | { readonly kind: 'aborted' }
   /** Any other answer, a timeout or a network error: an attempt to retry. */
   | {
       readonly kind: 'failure'
@@ -86,11 +88,8 @@ export class WebhookSender {
         ? { kind: 'failure', httpStatus: status, error }
         : { kind: 'failure', httpStatus: status, error, retryAfterMs }
     } catch (error) {
-      const reason = timeout.aborted
-        ? `timed out after ${this.#timeoutMs} ms`
-        : abort?.aborted
-          ? 'aborted: the relay is stopping'
-          : describeNetworkError(error)
+      if (abort?.aborted && !timeout.aborted) return { kind: 'aborted' }
+      const reason = timeout.aborted ? `timed out after ${this.#timeoutMs} ms` : describeNetworkError(error)
       return { kind: 'failure', httpStatus: null, error: reason }
     }
   }

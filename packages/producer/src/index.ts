@@ -12,7 +12,9 @@ export { type EnqueuedEvent, type EnqueueOptions, enqueue, enqueueMany } from '.
 export { OutboxError, type OutboxErrorCode } from './errors.js'
 export { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput } from './event-input.js'
 export type { EventRef, RelayEventMap, RelayListener } from './events.js'
+export { LISTEN_MAX_BACKOFF_MS, LISTEN_MIN_BACKOFF_MS, type ListenOption } from './listen.js'
 export { consoleLogger, type Logger, type LogMethod, silentLogger } from './logger.js'
+export { LATENCY_BUCKETS, type MetricsOptions, type MetricsRegistry } from './metrics.js'
 export {
   DEFAULT_BATCH_SIZE,
   DEFAULT_CONCURRENCY,
@@ -37,6 +39,7 @@ export {
   DEFAULT_RETRY_SCHEDULE,
   MAX_CONFLICT_PARK_MS,
   MAX_RETRY_AFTER_MS,
+  MIN_CONFLICT_PARK_MS,
   RETRY_JITTER,
 } from './retry-policy.js'
 export {

@@ -117,6 +117,8 @@ export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<
       continue
     }
 
+    if (outcome.kind === 'aborted') break
+
     // The lane stops here. Write its earlier 2xx marks first: the outcome below releases the lane, and marks
     // fenced by a released token would be dropped (and their events sent again).
     if (result.delivered > 0) await ctx.marks.flush()

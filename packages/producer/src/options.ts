@@ -1,7 +1,9 @@
 import { type OutboxEvent, parseSigningSecrets, type SigningKey } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
 import { OutboxError } from './errors.js'
+import type { ListenOption } from './listen.js'
 import { consoleLogger, type Logger } from './logger.js'
+import type { MetricsOptions } from './metrics.js'
 import { DEFAULT_RETRY_SCHEDULE } from './retry-policy.js'
 import { resolveSchema } from './schema-name.js'
 
@@ -37,6 +39,14 @@ export interface RelayOptions {
   readonly logger?: Logger
   /** Schema of the producer tables. @defaultValue 'public' */
   readonly schema?: string
+  /**
+   * LISTEN/NOTIFY wake-ups: `{ connectionString }` (a dedicated connection, not a transaction-mode pooler), a
+   * function returning a connected `pg.Client`, or `false` to poll only. Polling stays the safety net either way.
+   * @defaultValue false
+   */
+  readonly listen?: ListenOption
+  /** Prometheus metrics on your prom-client registry: `{ register }`. @defaultValue off */
+  readonly metrics?: MetricsOptions
 }
 
 /** Default of {@link RelayOptions.leaseMs}. */
@@ -70,6 +80,8 @@ export interface ResolvedRelayOptions {
   readonly pollIntervalMs: number
   readonly logger: Logger
   readonly schema: string
+  readonly listen: ListenOption
+  readonly metrics: MetricsOptions | undefined
 }
 
 function invalid(message: string): never {
@@ -150,6 +162,20 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   ) {
     invalid('retrySchedule must be an array of non-negative millisecond delays, e.g. [5000, 300000]')
   }
+  const listen = options.listen ?? false
+  if (listen !== false && typeof listen !== 'function') {
+    if (typeof listen !== 'object' || listen === null || typeof listen.connectionString !== 'string') {
+      invalid('listen must be { connectionString }, a function returning a connected pg.Client, or false')
+    }
+  }
+  if (options.metrics !== undefined) {
+    const register = (options.metrics as { register?: { registerMetric?: unknown } } | null)?.register
+    if (typeof register?.registerMetric !== 'function') {
+      invalid(
+        'metrics must be { register } with a prom-client Registry (e.g. new Registry() or the default register)',
+      )
+    }
+  }
   const onExhausted = options.onExhausted ?? 'skip'
   if (onExhausted !== 'skip' && onExhausted !== 'block') {
     invalid(`onExhausted must be 'skip' or 'block', got ${JSON.stringify(onExhausted)}`)
@@ -168,5 +194,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     pollIntervalMs: integer(options.pollIntervalMs, DEFAULT_POLL_INTERVAL_MS, 'pollIntervalMs', 1),
     logger: options.logger ?? consoleLogger,
     schema: resolveSchema(options.schema),
+    listen,
+    metrics: options.metrics,
   })
 }

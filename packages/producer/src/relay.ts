@@ -7,8 +7,11 @@ import {
   type LaneResult,
   settleFailure,
 } from './lane-worker.js'
+import { Listener } from './listen.js'
 import { MarkBuffer } from './mark-buffer.js'
+import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
+import { notifyChannel } from './schema-name.js'
 import { claimLanes } from './sql/claim-lanes.js'
 import { countTakeoverAttempts } from './sql/count-takeover-attempts.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
@@ -67,7 +70,10 @@ export class Relay {
   #loop: Promise<void> | undefined
   #stopping: Promise<void> | undefined
   #wake: (() => void) | undefined
+  #wakeRequested = false
   #closed = false
+  #listener: Listener | undefined
+  #metrics: Promise<RelayMetrics> | undefined
 
   /** Checks every option now and throws `OutboxError` (`ERR_OUTBOX_INVALID_OPTIONS`) with what to change. */
   constructor(options: RelayOptions) {
@@ -117,6 +123,7 @@ export class Relay {
    * returns what happened. For tests, scripts and cron-style use; a long-running service calls {@link start}.
    */
   async runOnce(): Promise<RunOnceResult> {
+    await this.#setUpMetrics()
     const lanes = await this.#claim(this.#options.concurrency)
     const results = await Promise.all(lanes.map((lane) => this.#deliver(lane)))
     await this.#marks.flush()
@@ -136,9 +143,51 @@ export class Relay {
     if (this.#state !== 'idle') return
     this.#state = 'running'
     this.#abort = new AbortController()
+    const { listen, logger, pollIntervalMs, concurrency, schema } = this.#options
+    try {
+      await this.#setUpMetrics()
+    } catch (error) {
+      this.#state = 'idle'
+      throw error
+    }
+    if (listen === false) {
+      logger.warn(
+        { pollIntervalMs },
+        `LISTEN wake-ups are off: polling every ${pollIntervalMs} ms (pass listen: { connectionString } for instant delivery)`,
+      )
+    } else {
+      this.#listener = new Listener(
+        listen,
+        notifyChannel(schema),
+        () => this.#requestWake(),
+        logger,
+        (error) => this.#events.emit('relay:error', { error, during: 'listen' }),
+      )
+      await this.#listener.start()
+    }
     this.#loop = this.#run()
     this.#events.emit('relay:started', {})
-    this.#options.logger.info({ concurrency: this.#options.concurrency }, 'relay started (polling)')
+    logger.info({ concurrency, listen: listen !== false }, 'relay started')
+  }
+
+  /** True while the LISTEN connection is up (false when wake-ups are off or the connection is being restored). */
+  get listening(): boolean {
+    return this.#listener?.connected ?? false
+  }
+
+  #setUpMetrics(): Promise<RelayMetrics> | undefined {
+    const { metrics, db, schema } = this.#options
+    if (!metrics || this.#metrics) return this.#metrics
+    this.#metrics = RelayMetrics.create(metrics, db, schema).then((created) => {
+      created.attach(this.#events)
+      return created
+    })
+    return this.#metrics
+  }
+
+  #requestWake(): void {
+    if (this.#wake) this.#wake()
+    else this.#wakeRequested = true
   }
 
   /**
@@ -170,6 +219,7 @@ export class Relay {
     await settled
     clearTimeout(timer)
     await this.#loop
+    await this.#listener?.stop()
     const released = this.#marks.pending
     await Promise.race([this.#marks.flush(), sleep(Math.max(1000, timeoutMs))])
     this.#marks.abandon()
@@ -196,7 +246,7 @@ export class Relay {
             this.#active.add(work)
             void work.finally(() => {
               this.#active.delete(work)
-              this.#wake?.()
+              this.#requestWake()
             })
           }
         } catch (error) {
@@ -214,17 +264,21 @@ export class Relay {
     }
   }
 
+  /** Waits `ms`, or less when a wake-up arrives (NOTIFY, a lane finishing, stop). A wake-up that came while the
+   * loop was busy is not lost: the next wait returns at once. */
   #idle(ms: number): Promise<void> {
+    if (this.#wakeRequested) {
+      this.#wakeRequested = false
+      return Promise.resolve()
+    }
     return new Promise((resolve) => {
-      const timer = setTimeout(done, ms)
-      function done() {
+      const done = () => {
         clearTimeout(timer)
+        this.#wake = undefined
         resolve()
       }
-      this.#wake = () => {
-        this.#wake = undefined
-        done()
-      }
+      const timer = setTimeout(done, ms)
+      this.#wake = done
     })
   }
 

@@ -9,6 +9,9 @@ export const RETRY_JITTER = 0.2
 /** The longest `Retry-After` the relay honours; a longer one is capped (a misconfigured header must not park a lane for days). */
 export const MAX_RETRY_AFTER_MS = 3_600_000
 
+/** The shortest first park after a 409, whatever the schedule: a gap never heals in a few milliseconds. */
+export const MIN_CONFLICT_PARK_MS = 100
+
 /** The cap of a lane parked by 409 answers: waiting alone never heals a gap, so polling slowly is enough. */
 export const MAX_CONFLICT_PARK_MS = 300_000
 
@@ -27,10 +30,10 @@ export function retryDelay(schedule: readonly number[], attempts: number): numbe
 }
 
 /**
- * The park time after the `count`-th consecutive 409: doubling from the first retry delay, capped at {@link MAX_CONFLICT_PARK_MS}.
+ * The park time after the `count`-th consecutive 409: doubling from the first retry delay (at least {@link MIN_CONFLICT_PARK_MS}), capped at {@link MAX_CONFLICT_PARK_MS}.
  */
 export function conflictParkDelay(schedule: readonly number[], count: number): number {
-  const base = Math.max(schedule[0] ?? 1000, 1)
+  const base = Math.max(schedule[0] ?? 1000, MIN_CONFLICT_PARK_MS)
   return jitter(Math.min(MAX_CONFLICT_PARK_MS, base * 2 ** Math.min(count - 1, 20)))
 }
 

@@ -22,8 +22,10 @@ export function withDatabase(url: string, database: string): string {
 /** Opens a Kysely instance on its own pool; whoever opens it destroys it. */
 export function openKysely(url: string, options: { max?: number } = {}): Kysely<any> {
   const pool = new pg.Pool({ connectionString: url, max: options.max ?? 10 })
-  // An idle client whose server went away (a dropped database, a restart) must not crash the test process.
+  // A client whose server went away (a dropped database, a restart) must not crash the test process: idle clients
+  // report on the pool, checked-out ones on themselves (pg-pool removes its listener while a client is lent out).
   pool.on('error', () => {})
+  pool.on('connect', (client) => client.on('error', () => {}))
   return new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
 }
 

@@ -1,8 +1,9 @@
-import { type DeadLetter, listDeadLetters, OutboxError, redrive } from '../index.js'
+import type { DeadLetter } from '../index.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
 import { formatTable, truncate } from './format-text.js'
+import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { DATABASE_FLAGS, integerFlag, parseFlags } from './parse-flags.js'
 
@@ -30,6 +31,7 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
   })
   const limit = integerFlag(values.limit, 'limit', 1, 10_000) ?? DEFAULT_LIST_LIMIT
   const target = resolveDatabase(values, io.env)
+  const { listDeadLetters, OutboxError } = await loadProducer()
   const dead = await withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
     listDeadLetters(db, { limit, after: values.after, schema: target.schema }),
   ).catch((error: unknown) => {
@@ -70,6 +72,7 @@ async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<n
   }
   const eventIds = [...new Set(positionals.map((id) => id.trim().toLowerCase()))]
   const target = resolveDatabase(values, io.env)
+  const { redrive } = await loadProducer()
   const result = await withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
     redrive(db, values.all ? { all: true, schema: target.schema } : { eventIds, schema: target.schema }),
   )

@@ -1,5 +1,5 @@
-import { migrate } from '../index.js'
 import { type CliIo, writeLine } from './command.js'
+import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { DATABASE_FLAGS, parseFlags } from './parse-flags.js'
 
@@ -7,6 +7,7 @@ import { DATABASE_FLAGS, parseFlags } from './parse-flags.js'
 export async function migrateCommand(argv: readonly string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('migrate', argv, DATABASE_FLAGS)
   const target = resolveDatabase(values, io.env)
+  const { migrate } = await loadProducer()
   await withDatabase(target, { applicationName: 'outbox migrate', max: 2 }, (db) =>
     migrate(db, { schema: target.schema }),
   )

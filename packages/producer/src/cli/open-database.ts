@@ -1,8 +1,7 @@
-import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
-import { DEFAULT_SCHEMA, notifyChannel, OutboxError } from '../index.js'
+import type { Kysely } from 'kysely'
 import { CliError, UsageError } from './cli-error.js'
 import { explainDatabaseError } from './describe-error.js'
+import { loadProducer } from './load-producer.js'
 
 /** The database a command works on, checked before any connection is attempted. */
 export interface DatabaseTarget {
@@ -12,8 +11,10 @@ export interface DatabaseTarget {
   readonly where: string
   readonly user: string
   readonly database: string
-  /** Schema of the producer tables. */
+  /** Schema of the producer tables (checked by {@link withDatabase}, with the library's rule). */
   readonly schema: string
+  /** Where the schema name came from, for messages. */
+  readonly schemaSource: '--schema' | 'OUTBOX_SCHEMA' | 'default'
 }
 
 function fromEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -22,8 +23,8 @@ function fromEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
 }
 
 /**
- * Resolves `--database-url`/`DATABASE_URL` and `--schema`/`OUTBOX_SCHEMA` (flags win) and checks both, so a typo
- * is reported as a usage error instead of surfacing later as a confusing connection failure.
+ * Resolves `--database-url`/`DATABASE_URL` and `--schema`/`OUTBOX_SCHEMA` (flags win) and checks the URL, so a
+ * typo is reported as a usage error instead of surfacing later as a confusing connection failure.
  */
 export function resolveDatabase(
   flags: { readonly 'database-url'?: string | undefined; readonly schema?: string | undefined },
@@ -56,17 +57,7 @@ export function resolveDatabase(
     )
   }
   const schemaFlag = flags.schema?.trim()
-  const schema = schemaFlag || fromEnv(env, 'OUTBOX_SCHEMA') || DEFAULT_SCHEMA
-  try {
-    // notifyChannel checks a schema name exactly as every producer function does; calling it here reports a bad
-    // name before any connection is made.
-    notifyChannel(schema)
-  } catch (error) {
-    if (!(error instanceof OutboxError)) throw error
-    throw new UsageError(
-      `${schemaFlag ? '--schema' : 'OUTBOX_SCHEMA'} must be a lower-case SQL identifier (letters, digits, _), got ${JSON.stringify(schema)}`,
-    )
-  }
+  const schemaEnv = fromEnv(env, 'OUTBOX_SCHEMA')
   const user = decodeURIComponent(parsed.username) || fromEnv(env, 'PGUSER') || fromEnv(env, 'USER') || ''
   const host = parsed.hostname || parsed.searchParams.get('host') || fromEnv(env, 'PGHOST') || 'localhost'
   const port = parsed.port || parsed.searchParams.get('port') || fromEnv(env, 'PGPORT') || '5432'
@@ -75,7 +66,8 @@ export function resolveDatabase(
     where: host.startsWith('/') ? `${host} (port ${port})` : `${host}:${port}`,
     user,
     database: decodeURIComponent(parsed.pathname.slice(1)) || user,
-    schema,
+    schema: schemaFlag || schemaEnv || 'public',
+    schemaSource: schemaFlag ? '--schema' : schemaEnv ? 'OUTBOX_SCHEMA' : 'default',
   }
 }
 
@@ -93,14 +85,30 @@ export interface OpenDatabaseOptions {
 const CONNECT_TIMEOUT_MS = 10_000
 
 /**
- * Opens a Kysely instance on its own pg pool, runs `use`, and always destroys the pool — whatever `use` does.
- * Database failures thrown by `use` become one {@link CliError} line naming the server, never a stack trace.
+ * Checks the schema name, opens a Kysely instance on its own pg pool, runs `use`, and always destroys the pool —
+ * whatever `use` does. Database failures thrown by `use` become one {@link CliError} line naming the server, never
+ * a stack trace.
  */
 export async function withDatabase<T>(
   target: DatabaseTarget,
   options: OpenDatabaseOptions,
   use: (db: Kysely<any>) => Promise<T>,
 ): Promise<T> {
+  const [{ Kysely, PostgresDialect }, { default: pg }, { notifyChannel }] = await Promise.all([
+    import('kysely'),
+    import('pg'),
+    loadProducer(),
+  ])
+  try {
+    // notifyChannel checks a schema name exactly as every producer function does: a bad name is reported before
+    // any connection is made.
+    notifyChannel(target.schema)
+  } catch (error) {
+    throw new UsageError(
+      `${target.schemaSource === 'default' ? 'schema' : target.schemaSource} must be a lower-case SQL identifier (letters, digits, _), got ${JSON.stringify(target.schema)}`,
+      { cause: error },
+    )
+  }
   const pool = new pg.Pool({
     connectionString: target.url,
     application_name: options.applicationName,

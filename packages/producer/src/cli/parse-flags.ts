@@ -1,6 +1,6 @@
 import { type ParseArgsConfig, parseArgs } from 'node:util'
-import { type Duration, OutboxError, parseDuration } from '../index.js'
 import { UsageError } from './cli-error.js'
+import type { Producer } from './load-producer.js'
 
 type OptionsConfig = NonNullable<ParseArgsConfig['options']>
 
@@ -64,20 +64,24 @@ export function integerFlag(
   return parsed
 }
 
-/** Reads a duration flag (`30d`, `12h`, `90s`, `500ms` or plain milliseconds) into milliseconds. */
-export function durationFlag(value: string | undefined, flag: string): number | undefined {
+/**
+ * Reads a duration flag (`30d`, `12h`, `90s`, `500ms` or plain milliseconds) into milliseconds, with the library's
+ * own parser so the CLI accepts exactly what the API does.
+ */
+export function durationFlag(
+  producer: Pick<Producer, 'parseDuration'>,
+  value: string | undefined,
+  flag: string,
+): number | undefined {
   if (value === undefined) return undefined
   const text = value.trim()
-  const input: Duration = /^\d+$/.test(text) ? Number(text) : text
   try {
-    return parseDuration(input, `--${flag}`)
+    return producer.parseDuration(/^\d+$/.test(text) ? Number(text) : text, `--${flag}`)
   } catch (error) {
-    if (error instanceof OutboxError) {
-      throw new UsageError(
-        `--${flag} must be a duration like 30d, 12h, 15m, 90s or 500ms (or milliseconds), got ${JSON.stringify(value)}`,
-      )
-    }
-    throw error
+    throw new UsageError(
+      `--${flag} must be a duration like 30d, 12h, 15m, 90s or 500ms (or milliseconds), got ${JSON.stringify(value)}`,
+      { cause: error },
+    )
   }
 }
 

@@ -1,9 +1,9 @@
 import { clearLine, cursorTo } from 'node:readline'
-import { DEFAULT_PRUNE_MAX_BATCHES, prune } from '../index.js'
 import { EXIT_PRUNE_NOT_CAUGHT_UP } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
 import { catchInterrupt, signalExitCode } from './interrupt.js'
+import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
 
@@ -23,12 +23,14 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
   if (values.retention === undefined) {
     throw new UsageError('missing --retention, e.g. --retention 30d (see outbox prune --help)')
   }
-  const retention = durationFlag(values.retention, 'retention')!
-  const deadLetterRetention = durationFlag(values['dead-letter-retention'], 'dead-letter-retention')
   const batchSize = integerFlag(values['batch-size'], 'batch-size', 1, 1_000_000)
   const maxBatches = integerFlag(values['max-batches'], 'max-batches', 1)
   const pauseMs = integerFlag(values['pause-ms'], 'pause-ms', 0, 3_600_000)
   const target = resolveDatabase(values, io.env)
+  const producer = await loadProducer()
+  const { DEFAULT_PRUNE_MAX_BATCHES, prune } = producer
+  const retention = durationFlag(producer, values.retention, 'retention')!
+  const deadLetterRetention = durationFlag(producer, values['dead-letter-retention'], 'dead-letter-retention')
 
   const progressInPlace = io.stderr.isTTY === true
   const removedBy = { sent: 0, dead: 0 }

@@ -1,10 +1,11 @@
 import type pg from 'pg'
-import { notifyChannel, OutboxError, Relay, type RelayOptions, stats } from '../index.js'
+import type { Relay, RelayOptions } from '../index.js'
 import { DEFAULT_STOP_TIMEOUT_MS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import type { CliIo } from './command.js'
 import { explainDatabaseError } from './describe-error.js'
 import { catchInterrupt, signalExitCode } from './interrupt.js'
+import { loadProducer, type Producer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { choiceFlag, DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
 import { createLogLine, LOG_LEVELS, loggerFor, logRelayEvents } from './relay-log.js'
@@ -42,13 +43,13 @@ function signingSecrets(flag: readonly string[] | undefined, env: NodeJS.Process
   return split([env.OUTBOX_SIGNING_SECRET ?? ''])
 }
 
-function retrySchedule(value: string | undefined): number[] | undefined {
+function retrySchedule(producer: Producer, value: string | undefined): number[] | undefined {
   if (value === undefined) return undefined
   return value
     .split(',')
     .map((part) => part.trim())
     .filter(Boolean)
-    .map((part) => durationFlag(part, 'retry-schedule')!)
+    .map((part) => durationFlag(producer, part, 'retry-schedule')!)
 }
 
 /** Relay option names as the operator typed them, for the constructor's messages. */
@@ -66,7 +67,7 @@ const FLAG_NAMES: Readonly<Record<string, string>> = {
  * Creates the relay, which checks every option (endpoint URL, secrets, lease against timeout) before anything
  * runs; its messages name the library's options, so they are reworded with the flags the operator used.
  */
-function constructRelay(options: RelayOptions): Relay {
+function constructRelay({ Relay, OutboxError }: Producer, options: RelayOptions): Relay {
   try {
     return new Relay(options)
   } catch (error) {
@@ -115,8 +116,9 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
   const onExhausted = choiceFlag(values['on-exhausted'], 'on-exhausted', ['skip', 'block'])
   const format = choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? 'text'
   const level = choiceFlag(values['log-level'], 'log-level', LOG_LEVELS) ?? 'info'
-  const schedule = retrySchedule(values['retry-schedule'])
   const target = resolveDatabase(values, io.env)
+  const producer = await loadProducer()
+  const schedule = retrySchedule(producer, values['retry-schedule'])
 
   const log = createLogLine(format, level, io.stdout)
   return await withDatabase(
@@ -150,11 +152,11 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
               // repeat them, so they are only shown with --verbose.
             }),
       }
-      const relay = constructRelay(options)
+      const relay = constructRelay(producer, options)
       logRelayEvents(relay, log, target)
       // One read up front: an unreachable database or missing tables fail the command now, with one line,
       // instead of a relay that retries forever.
-      await stats(db, { schema: target.schema })
+      await producer.stats(db, { schema: target.schema })
 
       const interrupt = catchInterrupt((signal) => {
         log('warn', `second ${signal}: exiting without releasing claims (they expire with their lease)`)
@@ -179,7 +181,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
           onExhausted: resolved.onExhausted,
           signingSecrets: secrets.length,
           wakeUps: values.listen
-            ? `LISTEN ${notifyChannel(target.schema)} + polling every ${resolved.pollIntervalMs}ms`
+            ? `LISTEN ${producer.notifyChannel(target.schema)} + polling every ${resolved.pollIntervalMs}ms`
             : `polling every ${resolved.pollIntervalMs}ms`,
         })
         const signal = await interrupt.wait

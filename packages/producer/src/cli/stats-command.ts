@@ -1,12 +1,13 @@
 import { clearScreenDown, moveCursor } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
-import { type OutboxStats, STRUGGLING_ATTEMPTS, stats } from '../index.js'
+import type { OutboxStats } from '../index.js'
 import { DEFAULT_WATCH_INTERVAL_MS, MIN_WATCH_INTERVAL_MS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
 import { explainDatabaseError } from './describe-error.js'
 import { formatSeconds, formatTable } from './format-text.js'
 import { catchInterrupt } from './interrupt.js'
+import { loadProducer } from './load-producer.js'
 import { type DatabaseTarget, resolveDatabase, withDatabase } from './open-database.js'
 import { DATABASE_FLAGS, durationFlag, parseFlags } from './parse-flags.js'
 
@@ -17,7 +18,7 @@ const FLAGS = {
   interval: { type: 'string' },
 } as const
 
-function table(snapshot: OutboxStats): string[] {
+function table(snapshot: OutboxStats, strugglingAttempts: number): string[] {
   const hint = (count: number, text: string) => (count > 0 ? text : '')
   return formatTable([
     ['lag', formatSeconds(snapshot.lagSeconds), 'age of the oldest undelivered event'],
@@ -26,7 +27,7 @@ function table(snapshot: OutboxStats): string[] {
     [
       'struggling',
       String(snapshot.struggling),
-      hint(snapshot.struggling, `lane heads that failed ${STRUGGLING_ATTEMPTS}+ times`),
+      hint(snapshot.struggling, `lane heads that failed ${strugglingAttempts}+ times`),
     ],
     ['dead', String(snapshot.dead), hint(snapshot.dead, 'see: outbox dead-letters list')],
     [
@@ -46,29 +47,32 @@ function line(snapshot: OutboxStats): string {
 /** `outbox stats`: the outbox's health once, or continuously with `--watch`. */
 export async function statsCommand(argv: readonly string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('stats', argv, FLAGS)
-  const intervalMs = durationFlag(values.interval, 'interval')
-  if (intervalMs !== undefined && !values.watch) {
+  if (values.interval !== undefined && !values.watch) {
     throw new UsageError('--interval only applies with --watch (see outbox stats --help)')
   }
+  const target = resolveDatabase(values, io.env)
+  const producer = await loadProducer()
+  const intervalMs = durationFlag(producer, values.interval, 'interval')
   if (intervalMs !== undefined && intervalMs < MIN_WATCH_INTERVAL_MS) {
     throw new UsageError(`--interval must be at least ${MIN_WATCH_INTERVAL_MS}ms, got ${values.interval}`)
   }
-  const target = resolveDatabase(values, io.env)
   return await withDatabase(target, { applicationName: 'outbox stats', max: 1 }, async (db) => {
-    const read = () => stats(db, { schema: target.schema })
+    const read = () => producer.stats(db, { schema: target.schema })
+    const render = (snapshot: OutboxStats) => table(snapshot, producer.STRUGGLING_ATTEMPTS)
     if (!values.watch) {
       const snapshot = await read()
       if (values.json) writeLine(io.stdout, JSON.stringify(snapshot))
-      else for (const row of table(snapshot)) writeLine(io.stdout, row)
+      else for (const row of render(snapshot)) writeLine(io.stdout, row)
       return 0
     }
-    await watch(read, target, intervalMs ?? DEFAULT_WATCH_INTERVAL_MS, Boolean(values.json), io)
+    await watch(read, render, target, intervalMs ?? DEFAULT_WATCH_INTERVAL_MS, Boolean(values.json), io)
     return 0
   })
 }
 
 async function watch(
   read: () => Promise<OutboxStats>,
+  render: (snapshot: OutboxStats) => string[],
   target: DatabaseTarget,
   intervalMs: number,
   json: boolean,
@@ -97,7 +101,7 @@ async function watch(
         const frame = [
           `outbox stats · ${target.database} · schema ${target.schema} · every ${formatSeconds(intervalMs / 1000)} · ${time.toLocaleTimeString()} (Ctrl-C to stop)`,
           '',
-          ...(snapshot ? table(snapshot) : [`unavailable: ${failure} (retrying)`]),
+          ...(snapshot ? render(snapshot) : [`unavailable: ${failure} (retrying)`]),
         ]
         if (drawn > 0) {
           moveCursor(io.stdout, 0, -drawn)

@@ -1,0 +1,97 @@
+import { startSink, useTestDatabase } from '@outbox/test-harness'
+import { describe, expect, it } from 'vitest'
+import { Relay, silentLogger } from '../src/index.js'
+import { seedEvents, waitFor } from './support.js'
+
+const t = useTestDatabase()
+
+describe('relay lifecycle', () => {
+  it("after stop(), a second relay delivers the stopped relay's remaining lane events in under a second", async () => {
+    await seedEvents(t.db, ['stop-a', 'stop-b'], 30)
+    const sink = await startSink(async () => {
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      return { status: 200, body: { status: 'applied' } }
+    })
+    const first = new Relay({ db: t.db, endpoint: sink.url, leaseMs: 60_000, logger: silentLogger })
+    const second = new Relay({
+      db: t.connect(),
+      endpoint: sink.url,
+      pollIntervalMs: 50,
+      logger: silentLogger,
+    })
+    try {
+      await first.start()
+      await first.start() // idempotent
+      await waitFor(() => sink.requests.length >= 6, 'the first relay to be mid-lane')
+      await Promise.all([first.stop({ timeoutMs: 5000 }), first.stop({ timeoutMs: 5000 })])
+      expect(first.running).toBe(false)
+      const lanes = await t.db
+        .selectFrom('outbox_lane')
+        .selectAll()
+        .where('aggregate_id', 'like', 'stop-%')
+        .execute()
+      expect(lanes.every((lane) => lane.claim_token === null)).toBe(true)
+      const handedBack = performance.now()
+      const delivered = sink.requests.length
+      await second.start()
+      await waitFor(() => sink.requests.length > delivered, 'the second relay to pick the lanes up', 5000)
+      expect(sink.requests[delivered]!.at - handedBack).toBeLessThan(1000)
+      await waitFor(
+        () => new Set(sink.requests.map((r) => r.json.event_id)).size === 60,
+        'all 60 events',
+        20_000,
+      )
+    } finally {
+      await first.stop()
+      await second.stop()
+      await sink.close()
+    }
+    // Stopping between requests loses nothing and reorders nothing.
+    const last = new Map<string, number>()
+    for (const request of sink.requests) {
+      const id = request.json.aggregate_id
+      expect(request.json.sequence).toBeLessThanOrEqual((last.get(id) ?? 0) + 1)
+      last.set(id, Math.max(last.get(id) ?? 0, request.json.sequence))
+    }
+  })
+
+  it('stop({ timeoutMs }) aborts a request that outlives it, counts no attempt, and releases the lane', async () => {
+    await seedEvents(t.db, ['abort-1'], 2)
+    const sink = await startSink(() => 'hang')
+    const relay = new Relay({ db: t.db, endpoint: sink.url, requestTimeoutMs: 30_000, logger: silentLogger })
+    try {
+      await relay.start()
+      await waitFor(() => sink.requests.length === 1, 'the hanging request')
+      const started = performance.now()
+      await relay.stop({ timeoutMs: 200 })
+      expect(performance.now() - started).toBeLessThan(3000)
+    } finally {
+      await sink.close()
+    }
+    const rows = await t.db.selectFrom('outbox').selectAll().where('aggregate_id', '=', 'abort-1').execute()
+    expect(rows.map((row) => [row.status, row.attempts])).toEqual([
+      ['pending', 0],
+      ['pending', 0],
+    ])
+    const lane = await t.db
+      .selectFrom('outbox_lane')
+      .selectAll()
+      .where('aggregate_id', '=', 'abort-1')
+      .executeTakeFirstOrThrow()
+    expect(lane.claim_token).toBeNull()
+  })
+
+  it('await using stops the relay at the end of the scope; a stopped relay cannot be restarted', async () => {
+    const sink = await startSink()
+    let relay: Relay | undefined
+    {
+      await using scoped = new Relay({ db: t.db, endpoint: sink.url, logger: silentLogger })
+      relay = scoped
+      await scoped.start()
+      expect(scoped.running).toBe(true)
+    }
+    expect(relay.running).toBe(false)
+    await expect(relay.start()).rejects.toThrow(/create a new Relay/)
+    await sink.close()
+  })
+})

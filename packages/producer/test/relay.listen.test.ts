@@ -1,0 +1,151 @@
+import { startSink, useTestDatabase } from '@outbox/test-harness'
+import { sql } from 'kysely'
+import pg from 'pg'
+import { describe, expect, it } from 'vitest'
+import { enqueue, Relay, silentLogger } from '../src/index.js'
+import { waitFor } from './support.js'
+
+const t = useTestDatabase()
+
+async function enqueueOne(id: string): Promise<number> {
+  await t.db
+    .transaction()
+    .execute((trx) =>
+      enqueue(trx, { aggregateType: 'order', aggregateId: id, eventType: 'order.created', payload: { id } }),
+    )
+  return performance.now()
+}
+
+async function killListenConnections(): Promise<number> {
+  const { rows } = await sql<{ killed: boolean }>`
+    SELECT pg_terminate_backend(pid) AS killed FROM pg_stat_activity
+    WHERE datname = current_database() AND query ILIKE 'LISTEN%' AND pid <> pg_backend_pid()`.execute(t.db)
+  return rows.length
+}
+
+describe('LISTEN/NOTIFY wake-ups', () => {
+  it('an idle relay polling every 10 s delivers an enqueued event in well under a second, and again after its LISTEN connection is killed', async () => {
+    const sink = await startSink()
+    const relay = new Relay({
+      db: t.db,
+      endpoint: sink.url,
+      pollIntervalMs: 10_000,
+      listen: { connectionString: t.url },
+      logger: silentLogger,
+    })
+    try {
+      await relay.start()
+      expect(relay.listening).toBe(true)
+      // Let the first poll pass so the relay is idle in its 10 s wait.
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      const committed = await enqueueOne('l-1')
+      await waitFor(() => sink.requests.length === 1, 'the first wake-up', 2000)
+      expect(sink.requests[0]!.at - committed).toBeLessThan(500)
+
+      expect(await killListenConnections()).toBe(1)
+      await waitFor(() => !relay.listening, 'the relay to notice', 2000)
+      await waitFor(() => relay.listening, 'the LISTEN connection to come back', 5000)
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      const again = await enqueueOne('l-2')
+      await waitFor(() => sink.requests.length === 2, 'a wake-up after the reconnect', 2000)
+      expect(sink.requests[1]!.at - again).toBeLessThan(500)
+    } finally {
+      await relay.stop()
+      await sink.close()
+    }
+  })
+
+  it('while the LISTEN connection cannot come back, delivery continues by polling; wake-ups return with it', async () => {
+    const sink = await startSink()
+    let allowConnect = true
+    const errors: unknown[] = []
+    const relay = new Relay({
+      db: t.db,
+      endpoint: sink.url,
+      pollIntervalMs: 400,
+      listen: async () => {
+        if (!allowConnect) throw new Error('database refuses LISTEN connections for now')
+        const client = new pg.Client({ connectionString: t.url })
+        await client.connect()
+        return client
+      },
+      logger: silentLogger,
+    })
+    relay.on('relay:error', (event) => {
+      if (event.during === 'listen') errors.push(event.error)
+    })
+    try {
+      await relay.start()
+      allowConnect = false
+      await killListenConnections()
+      await waitFor(() => errors.length >= 2, 'failed reconnects', 5000)
+      expect(relay.listening).toBe(false)
+      await enqueueOne('p-1')
+      await waitFor(
+        () => sink.requests.some((request) => request.json.aggregate_id === 'p-1'),
+        'delivery by polling',
+        3000,
+      )
+
+      allowConnect = true
+      await waitFor(() => relay.listening, 'wake-ups to return', 40_000)
+      await new Promise((resolve) => setTimeout(resolve, 500))
+      const committed = await enqueueOne('p-2')
+      await waitFor(
+        () => sink.requests.some((request) => request.json.aggregate_id === 'p-2'),
+        'a wake-up',
+        2000,
+      )
+      const request = sink.requests.find((one) => one.json.aggregate_id === 'p-2')!
+      expect(request.at - committed).toBeLessThan(350)
+    } finally {
+      await relay.stop()
+      await sink.close()
+    }
+  }, 60_000)
+
+  it('enqueue with NOTIFY from 8 connections at once keeps working under load, in order', async () => {
+    const sink = await startSink()
+    const relay = new Relay({
+      db: t.connect({ max: 4 }),
+      endpoint: sink.url,
+      listen: { connectionString: t.url },
+      logger: silentLogger,
+    })
+    const writers = t.connect({ max: 8 })
+    try {
+      await relay.start()
+      await Promise.all(
+        Array.from({ length: 8 }, async (_, writer) => {
+          for (let n = 0; n < 40; n++) {
+            await writers.transaction().execute(async (trx) => {
+              await enqueue(trx, {
+                aggregateType: 'order',
+                aggregateId: `n-${n % 10}`,
+                eventType: 'order.updated',
+                payload: { writer, n },
+              })
+              await enqueue(trx, {
+                aggregateType: 'customer',
+                aggregateId: `c-${writer}`,
+                eventType: 'customer.updated',
+                payload: { n },
+              })
+            })
+          }
+        }),
+      )
+      await waitFor(() => sink.requests.length >= 640, 'all 640 events', 30_000)
+    } finally {
+      await relay.stop()
+      await sink.close()
+    }
+    const seen = new Map<string, number>()
+    for (const request of sink.requests) {
+      const key = `${request.json.aggregate_type}:${request.json.aggregate_id}`
+      expect(request.json.sequence).toBe((seen.get(key) ?? 0) + 1)
+      seen.set(key, request.json.sequence)
+    }
+    expect(sink.requests).toHaveLength(640)
+  })
+})

@@ -1,0 +1,67 @@
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { startSink, useTestDatabase } from '@outbox/test-harness'
+import { Registry } from 'prom-client'
+import { describe, expect, it } from 'vitest'
+import { Relay, silentLogger, stats } from '../src/index.js'
+import { seedEvents } from './support.js'
+
+const t = useTestDatabase()
+
+function metricValue(text: string, name: string, labels = ''): number | undefined {
+  const line = text.split('\n').find((one) => one.startsWith(`${name}${labels} `))
+  return line === undefined ? undefined : Number(line.split(' ')[1])
+}
+
+describe('Prometheus metrics', () => {
+  it('a metrics endpoint exposes delivery counters, the latency histogram and gauges with the right values', async () => {
+    await seedEvents(t.db, ['m-ok-1', 'm-ok-2', 'm-dead', 'm-gap'], 2)
+    const sink = await startSink((request) => {
+      const id = request.json.aggregate_id as string
+      if (id === 'm-dead') return { status: 500 }
+      if (id === 'm-gap') return { status: 409 }
+      return { status: 200, body: { status: 'applied' } }
+    })
+    const register = new Registry()
+    const relay = new Relay({
+      db: t.db,
+      endpoint: sink.url,
+      retrySchedule: [0],
+      metrics: { register },
+      logger: silentLogger,
+    })
+    const server = createServer(async (_req, res) => {
+      res.writeHead(200, { 'content-type': register.contentType })
+      res.end(await register.metrics())
+    })
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    try {
+      await relay.runOnce()
+      await relay.runOnce()
+      const response = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/metrics`)
+      const text = await response.text()
+      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="success",status="200"}')).toBe(4)
+      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="retry",status="500"}')).toBe(1)
+      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="dead",status="500"}')).toBe(1)
+      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="conflict",status="409"}')).toBe(1)
+      expect(metricValue(text, 'outbox_delivery_latency_seconds_count')).toBe(4)
+      const current = await stats(t.db)
+      expect(current).toMatchObject({ pending: 3, dead: 1, blocked: 1, inFlight: 0 })
+      expect(metricValue(text, 'outbox_pending')).toBe(current.pending)
+      expect(metricValue(text, 'outbox_dead')).toBe(current.dead)
+      expect(metricValue(text, 'outbox_blocked')).toBe(current.blocked)
+      expect(metricValue(text, 'outbox_in_flight')).toBe(0)
+      expect(metricValue(text, 'outbox_struggling')).toBe(0)
+      expect(metricValue(text, 'outbox_lag_seconds')).toBeGreaterThan(0)
+    } finally {
+      server.close()
+      await sink.close()
+    }
+  })
+
+  it('refuses a metrics option without a registry', () => {
+    expect(() => new Relay({ db: t.db, endpoint: 'http://127.0.0.1:9/h', metrics: {} as never })).toThrow(
+      /prom-client Registry/,
+    )
+  })
+})
