@@ -1,5 +1,4 @@
-import type pg from 'pg'
-import type { Relay, RelayOptions } from '../index.js'
+import type { ListenOption, Relay, RelayOptions } from '../index.js'
 import { DEFAULT_STOP_TIMEOUT_MS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import type { CliIo } from './command.js'
@@ -27,9 +26,6 @@ const FLAGS = {
   'log-level': { type: 'string' },
   verbose: { type: 'boolean' },
 } as const
-
-/** The LISTEN wake-up option of the relay: a connection string, a client factory, or off. */
-type ListenOption = { readonly connectionString: string } | (() => Promise<pg.Client>) | false
 
 /** Secrets from `--secret` (repeatable) or `OUTBOX_SIGNING_SECRET`, each possibly a comma-separated list. */
 function signingSecrets(flag: readonly string[] | undefined, env: NodeJS.ProcessEnv): string[] {
@@ -132,7 +128,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
     },
     async (db) => {
       const listen: ListenOption = values.listen ? { connectionString: target.url } : false
-      const options: RelayOptions & { readonly listen?: ListenOption } = {
+      const options: RelayOptions = {
         db,
         endpoint,
         signingSecret: secrets.length > 0 ? secrets : undefined,
