@@ -74,6 +74,22 @@ export interface CliProcess {
   /** Sends a signal and resolves with the finished run. */
   stop(signal: NodeJS.Signals, timeoutMs?: number): Promise<CliResult>
   readonly exited: Promise<CliResult>
+  /** Types into the process's terminal (only with `terminal: true`): `'\x03'` is Ctrl-C. */
+  type(text: string): void
+}
+
+/** True when util-linux `script` can give a spawned CLI a real terminal. */
+export const HAS_SCRIPT = (() => {
+  try {
+    execFileSync('script', ['--version'], { stdio: 'ignore' })
+    return true
+  } catch {
+    return false
+  }
+})()
+
+function shellQuote(value: string): string {
+  return `'${value.replaceAll("'", "'\\''")}'`
 }
 
 const running = new Set<ChildProcess>()
@@ -83,9 +99,23 @@ afterEach(() => {
   running.clear()
 })
 
-/** Starts `node dist/cli.js <args>` without waiting for it. */
-export function startCli(args: readonly string[], env: NodeJS.ProcessEnv): CliProcess {
-  const child = spawn(process.execPath, [CLI_PATH, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
+/**
+ * Starts `node dist/cli.js <args>` without waiting for it. With `terminal: true` it runs on a pseudo-terminal
+ * (through `script`), so it sees a TTY and Ctrl-C typed with {@link CliProcess.type} reaches it as SIGINT.
+ */
+export function startCli(
+  args: readonly string[],
+  env: NodeJS.ProcessEnv,
+  options: { readonly terminal?: boolean } = {},
+): CliProcess {
+  const command = [process.execPath, CLI_PATH, ...args].map(shellQuote).join(' ')
+  // `exec`, so the CLI itself is the terminal's foreground process, not a shell waiting on it.
+  const child = options.terminal
+    ? spawn('script', ['-qfec', `exec ${command}`, '/dev/null'], {
+        env: { TERM: 'xterm', ...env },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      })
+    : spawn(process.execPath, [CLI_PATH, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
   running.add(child)
   let stdout = ''
   let stderr = ''
@@ -112,6 +142,10 @@ export function startCli(args: readonly string[], env: NodeJS.ProcessEnv): CliPr
     stderr: () => stderr,
     lines: () => stdout.split('\n').filter(Boolean),
     exited,
+    type(text) {
+      if (!options.terminal) throw new Error('type() needs startCli(…, { terminal: true })')
+      child.stdin!.write(text)
+    },
     waitFor(check, what, timeoutMs = 15_000) {
       return new Promise<void>((resolve, reject) => {
         const timer = setTimeout(
