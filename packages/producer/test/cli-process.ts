@@ -3,7 +3,7 @@ import { mkdirSync, rmdirSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { afterEach, expect } from 'vitest'
+import { afterAll, expect, type TestContext } from 'vitest'
 
 const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url))
 /** The built CLI, as the `bin` entry runs it. */
@@ -94,19 +94,28 @@ function shellQuote(value: string): string {
 
 const running = new Set<ChildProcess>()
 
-afterEach(() => {
+// The net under the per-test cleanup below: nothing outlives its test file.
+afterAll(() => {
   for (const child of running) child.kill('SIGKILL')
   running.clear()
 })
 
-/**
- * Starts `node dist/cli.js <args>` without waiting for it. With `terminal: true` it runs on a pseudo-terminal
- * (through `script`), so it sees a TTY and Ctrl-C typed with {@link CliProcess.type} reaches it as SIGINT.
- */
+/** How {@link startCli} runs the CLI. */
+export interface StartCliOptions {
+  /**
+   * The test's own `onTestFinished` (from its context, which is right for concurrent tests too): the process is
+   * killed when the test ends, whatever happened in it.
+   */
+  readonly onTestFinished: TestContext['onTestFinished']
+  /** Run on a pseudo-terminal (through `script`): the CLI sees a TTY, and `type('\x03')` is Ctrl-C. */
+  readonly terminal?: boolean
+}
+
+/** Starts `node dist/cli.js <args>` without waiting for it. */
 export function startCli(
   args: readonly string[],
   env: NodeJS.ProcessEnv,
-  options: { readonly terminal?: boolean } = {},
+  options: StartCliOptions,
 ): CliProcess {
   const command = [process.execPath, CLI_PATH, ...args].map(shellQuote).join(' ')
   // `exec`, so the CLI itself is the terminal's foreground process, not a shell waiting on it.
@@ -117,6 +126,9 @@ export function startCli(
       })
     : spawn(process.execPath, [CLI_PATH, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] })
   running.add(child)
+  options.onTestFinished(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
+  })
   let stdout = ''
   let stderr = ''
   const listeners = new Set<() => void>()
@@ -191,7 +203,8 @@ export async function runCli(
   env: NodeJS.ProcessEnv,
   timeoutMs = 30_000,
 ): Promise<CliResult> {
-  const cli = startCli(args, env)
+  // A run always ends here (its exit or the time-out), so it needs no per-test cleanup.
+  const cli = startCli(args, env, { onTestFinished: () => {} })
   let timer: NodeJS.Timeout | undefined
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {

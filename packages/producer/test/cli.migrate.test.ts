@@ -41,7 +41,7 @@ const PRODUCER_TABLES = [
   `${PRODUCER_MIGRATION_TABLE}_lock`,
 ].sort()
 
-describe('outbox migrate', () => {
+describe.concurrent('outbox migrate', () => {
   const fresh = `outbox_cli_fresh_${randomBytes(4).toString('hex')}`
   afterAll(() => admin(`DROP DATABASE IF EXISTS ${fresh} WITH (FORCE)`))
 

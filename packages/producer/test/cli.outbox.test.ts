@@ -29,7 +29,7 @@ const COMMANDS = [
   ['dead-letters', 'redrive', '--all'],
 ] as const
 
-describe('outbox (top level)', () => {
+describe.concurrent('outbox (top level)', () => {
   it('prints help for the program and for every command, and its version', async () => {
     const [top, version, ...commands] = await Promise.all([
       runCli(['--help'], cliEnv()),

@@ -78,7 +78,7 @@ describe('outbox prune', () => {
     expect(JSON.parse(result.stdout)).toEqual({ removed: 2, caughtUp: false, sent: 2, dead: 0 })
   })
 
-  it('stops between batches on SIGINT and says so (exit 130)', async () => {
+  it('stops between batches on SIGINT and says so (exit 130)', async ({ onTestFinished }) => {
     await seedEvents(t.db, ['i1', 'i2', 'i3', 'i4'], 1)
     await sql`UPDATE outbox SET status = 'sent', sent_at = now() - interval '2 days' WHERE aggregate_id LIKE 'i%'`.execute(
       t.db,
@@ -86,6 +86,7 @@ describe('outbox prune', () => {
     const prune = startCli(
       ['prune', '--retention', '1d', '--batch-size', '1', '--pause-ms', '2000'],
       cliEnv({ DATABASE_URL: t.url }),
+      { onTestFinished },
     )
     await prune.waitFor(() => prune.stderr().includes('batch 1,'), 'the first batch')
     const result = await prune.stop('SIGINT')

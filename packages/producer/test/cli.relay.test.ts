@@ -62,7 +62,9 @@ async function events(aggregateIds: readonly string[]) {
 const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
 
 describe('outbox relay', () => {
-  it('delivers to the endpoint, signs with every rotation secret, logs a line per delivery, stops on SIGTERM', async () => {
+  it('delivers to the endpoint, signs with every rotation secret, logs a line per delivery, stops on SIGTERM', async ({
+    onTestFinished,
+  }) => {
     const hooks = await sink()
     const ids = ['t1', 't2', 't3']
     await seedEvents(t.db, ids, 2)
@@ -74,6 +76,7 @@ describe('outbox relay', () => {
         OUTBOX_ENDPOINT: `${hooks.url}?token=abc123`,
         OUTBOX_SIGNING_SECRET: `${a}, ${b}`,
       }),
+      { onTestFinished },
     )
     await started(relay)
     await waitFor(
@@ -128,7 +131,9 @@ describe('outbox relay', () => {
     }
   })
 
-  it('logs retries, dead letters and blocked lanes as JSON lines; --log-level warn hides successes', async () => {
+  it('logs retries, dead letters and blocked lanes as JSON lines; --log-level warn hides successes', async ({
+    onTestFinished,
+  }) => {
     const hooks = await sink((request) =>
       request.json?.aggregate_id === 'bad'
         ? { status: 500, body: { error: 'boom' } }
@@ -158,6 +163,7 @@ describe('outbox relay', () => {
         'warn',
       ],
       cliEnv({ DATABASE_URL: t.url, OUTBOX_SIGNING_SECRET: 'whsec_bm90LXVzZWQ=' }),
+      { onTestFinished },
     )
     await relay.waitFor(() => relay.stdout().includes('"event":"lane:blocked"'), 'the blocked lane')
     await waitFor(
@@ -227,7 +233,9 @@ describe('outbox relay', () => {
     expect(hooks.requests.filter((request) => request.json.aggregate_id === 'bad')).toHaveLength(2)
   })
 
-  it('on SIGTERM with requests in flight, aborts them after --stop-timeout-ms, releases every claim, exits 0', async () => {
+  it('on SIGTERM with requests in flight, aborts them after --stop-timeout-ms, releases every claim, exits 0', async ({
+    onTestFinished,
+  }) => {
     const hooks = await sink((request) =>
       request.json?.aggregate_id === 'quick' ? { status: 200, body: { status: 'applied' } } : 'hang',
     )
@@ -246,6 +254,7 @@ describe('outbox relay', () => {
         'json',
       ],
       cliEnv({ DATABASE_URL: t.url }),
+      { onTestFinished },
     )
     await started(relay)
     await waitFor(() => hooks.requests.length === 3, 'three requests')
@@ -277,12 +286,13 @@ describe('outbox relay', () => {
     expect((await events(ids)).map((row) => row.status)).toEqual(['pending', 'pending', 'sent'])
   })
 
-  it('a second signal exits at once without waiting for in-flight requests', async () => {
+  it('a second signal exits at once without waiting for in-flight requests', async ({ onTestFinished }) => {
     const hooks = await sink(() => 'hang')
     await seedEvents(t.db, ['stuck'], 1)
     const relay = startCli(
       ['relay', '--endpoint', hooks.url, '--poll-interval-ms', '20'],
       cliEnv({ DATABASE_URL: t.url }),
+      { onTestFinished },
     )
     await started(relay)
     // (Lanes left pending by the previous test may hang here too: only this one matters.)
@@ -298,11 +308,14 @@ describe('outbox relay', () => {
     expect(result.stderr).toBe('')
   })
 
-  it('--listen wakes on NOTIFY long before the next poll, and stops on SIGINT', async () => {
+  it('--listen wakes on NOTIFY long before the next poll, and stops on SIGINT', async ({
+    onTestFinished,
+  }) => {
     const hooks = await sink()
     const relay = startCli(
       ['relay', '--endpoint', hooks.url, '--listen', '--poll-interval-ms', '60000'],
       cliEnv({ DATABASE_URL: t.url }),
+      { onTestFinished },
     )
     await started(relay)
     expect(relay.stdout()).toContain('wakeUps="LISTEN outbox_public + polling every 60000ms"')
