@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto'
 import { type Sink, startSink, useTestDatabase } from '@outbox/test-harness'
+import { sql } from 'kysely'
 import { Webhook } from 'standardwebhooks'
 import { afterEach, beforeAll, describe, expect, it } from 'vitest'
-import { enqueue } from '../src/index.js'
+import { enqueue, migrate } from '../src/index.js'
 import {
   buildCli,
   type CliProcess,
@@ -338,6 +339,36 @@ describe('outbox relay', () => {
     expect(Date.now() - startedAt).toBeLessThan(10_000)
     const result = await relay.stop('SIGINT')
     expect(result, result.stderr).toMatchObject({ code: 0, stderr: '' })
+  })
+
+  it('logs a database failure while running as one explained line, keeps going, and delivers once it heals', async ({
+    onTestFinished,
+  }) => {
+    const hooks = await sink()
+    await migrate(t.db, { schema: 'cli_outage' })
+    const relay = startCli(
+      ['relay', '--endpoint', hooks.url, '--schema', 'cli_outage', '--poll-interval-ms', '20'],
+      cliEnv({ DATABASE_URL: t.url }),
+      { onTestFinished },
+    )
+    await started(relay)
+    await sql`ALTER SCHEMA cli_outage RENAME TO cli_outage_away`.execute(t.db)
+    try {
+      await relay.waitFor(() => relay.stdout().includes('relay claim failed'), 'the claim failure')
+    } finally {
+      await sql`ALTER SCHEMA cli_outage_away RENAME TO cli_outage`.execute(t.db)
+    }
+    await seedEvents(t.db, ['healed'], 1, { schema: 'cli_outage' })
+    await waitFor(
+      () => hooks.requests.some((request) => request.json.aggregate_id === 'healed'),
+      'the delivery',
+      30_000,
+    )
+    const result = await relay.stop('SIGTERM')
+    expect(result, result.stderr).toMatchObject({ code: 0, stderr: '' })
+    expect(result.stdout).toMatch(
+      /^\S+Z ERROR relay claim failed; retrying event=relay:error during=claim error="the outbox tables are missing in schema \\"cli_outage\\" .*run: outbox migrate --schema cli_outage"$/m,
+    )
   })
 
   it('checks every option before connecting: one line, exit 2, secrets never echoed', async () => {
