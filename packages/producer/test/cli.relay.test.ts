@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto'
 import { type Sink, startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { Webhook } from 'standardwebhooks'
-import { afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { beforeAll, describe, expect, it, type TestContext } from 'vitest'
 import { enqueue, migrate } from '../src/index.js'
 import {
   buildCli,
@@ -19,15 +19,23 @@ const t = useTestDatabase()
 
 beforeAll(() => buildCli(), 120_000)
 
-const sinks: Sink[] = []
-afterEach(async () => {
-  await Promise.all(sinks.splice(0).map((sink) => sink.close()))
-})
-
-async function sink(respond?: Parameters<typeof startSink>[0]): Promise<Sink> {
+/** A loopback webhook sink closed when the calling test ends. */
+async function sink(
+  onTestFinished: TestContext['onTestFinished'],
+  respond?: Parameters<typeof startSink>[0],
+): Promise<Sink> {
   const started = await startSink(respond)
-  sinks.push(started)
+  onTestFinished(() => started.close())
   return started
+}
+
+/**
+ * A freshly migrated schema for one test: the tests run concurrently, and relays sharing a schema would take each
+ * other's lanes.
+ */
+async function freshSchema(name: string): Promise<string> {
+  await migrate(t.db, { schema: name })
+  return name
 }
 
 function secret(): string {
@@ -41,8 +49,9 @@ async function started(relay: CliProcess): Promise<void> {
   )
 }
 
-async function lanes(aggregateIds: readonly string[]) {
+async function lanes(schema: string, aggregateIds: readonly string[]) {
   return await t.db
+    .withSchema(schema)
     .selectFrom('outbox_lane')
     .select(['aggregate_id', 'claim_token', 'leased_until', 'blocked_reason'])
     .where('aggregate_id', 'in', aggregateIds)
@@ -50,8 +59,9 @@ async function lanes(aggregateIds: readonly string[]) {
     .execute()
 }
 
-async function events(aggregateIds: readonly string[]) {
+async function events(schema: string, aggregateIds: readonly string[]) {
   return await t.db
+    .withSchema(schema)
     .selectFrom('outbox')
     .select(['event_id', 'aggregate_id', 'sequence', 'status', 'attempts'])
     .where('aggregate_id', 'in', aggregateIds)
@@ -62,18 +72,20 @@ async function events(aggregateIds: readonly string[]) {
 
 const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}'
 
-describe('outbox relay', () => {
+describe.concurrent('outbox relay', () => {
   it('delivers to the endpoint, signs with every rotation secret, logs a line per delivery, stops on SIGTERM', async ({
     onTestFinished,
   }) => {
-    const hooks = await sink()
+    const hooks = await sink(onTestFinished)
+    const schema = await freshSchema('relay_signed')
     const ids = ['t1', 't2', 't3']
-    await seedEvents(t.db, ids, 2)
+    await seedEvents(t.db, ids, 2, { schema })
     const [a, b] = [secret(), secret()]
     const relay = startCli(
       ['relay', '--poll-interval-ms', '50'],
       cliEnv({
         DATABASE_URL: t.url,
+        OUTBOX_SCHEMA: schema,
         OUTBOX_ENDPOINT: `${hooks.url}?token=abc123`,
         OUTBOX_SIGNING_SECRET: `${a}, ${b}`,
       }),
@@ -104,13 +116,13 @@ describe('outbox relay', () => {
       }
     }
     expect(String(hooks.requests[0]!.headers['webhook-signature']).split(' ')).toHaveLength(2)
-    for (const row of await events(ids)) expect(row.status).toBe('sent')
-    for (const lane of await lanes(ids))
+    for (const row of await events(schema, ids)) expect(row.status).toBe('sent')
+    for (const lane of await lanes(schema, ids))
       expect(lane).toMatchObject({ claim_token: null, blocked_reason: null })
 
     const lines = result.stdout.trimEnd().split('\n')
     expect(lines[0]).toMatch(
-      /^\S+Z INFO {2}relay started endpoint=http:\/\/127\.0\.0\.1:\d+\/hooks database=\S+ schema=public concurrency=16 batchSize=200 leaseMs=60000 requestTimeoutMs=10000 maxAttempts=8 onExhausted=skip signingSecrets=2 wakeUps="polling every 50ms"$/,
+      /^\S+Z INFO {2}relay started endpoint=http:\/\/127\.0\.0\.1:\d+\/hooks database=\S+ schema=relay_signed concurrency=16 batchSize=200 leaseMs=60000 requestTimeoutMs=10000 maxAttempts=8 onExhausted=skip signingSecrets=2 wakeUps="polling every 50ms"$/,
     )
     const delivered = lines.filter((line) => line.includes(' delivered '))
     const byId = new Map(hooks.requests.map((request) => [request.json.event_id as string, request.json]))
@@ -135,19 +147,22 @@ describe('outbox relay', () => {
   it('logs retries, dead letters and blocked lanes as JSON lines; --log-level warn hides successes', async ({
     onTestFinished,
   }) => {
-    const hooks = await sink((request) =>
+    const hooks = await sink(onTestFinished, (request) =>
       request.json?.aggregate_id === 'bad'
         ? { status: 500, body: { error: 'boom' } }
         : { status: 200, body: { status: 'applied' } },
     )
-    await seedEvents(t.db, ['bad', 'good'], 1)
-    await seedEvents(t.db, ['bad'], 1)
+    const schema = await freshSchema('relay_failing')
+    await seedEvents(t.db, ['bad', 'good'], 1, { schema })
+    await seedEvents(t.db, ['bad'], 1, { schema })
     const [a, b] = [secret(), secret()]
     const relay = startCli(
       [
         'relay',
         '--endpoint',
         hooks.url,
+        '--schema',
+        schema,
         '--secret',
         a,
         '--secret',
@@ -182,7 +197,7 @@ describe('outbox relay', () => {
       expect(new Date(entry.time).toISOString()).toBe(entry.time)
       expect(['warn', 'error']).toContain(entry.level)
     }
-    const [head] = (await events(['bad'])).filter((row) => row.sequence === '1')
+    const [head] = (await events(schema, ['bad'])).filter((row) => row.sequence === '1')
     const byEvent = (name: string) => logged.filter((entry) => entry.event === name)
     expect(byEvent('delivery:success')).toEqual([])
     expect(byEvent('delivery:retry')).toEqual([
@@ -223,11 +238,11 @@ describe('outbox relay', () => {
         new Webhook(key).verify(signed.body, signed.headers as Record<string, string>),
       ).not.toThrow()
     }
-    expect(await events(['bad'])).toMatchObject([
+    expect(await events(schema, ['bad'])).toMatchObject([
       { sequence: '1', status: 'dead', attempts: 2 },
       { sequence: '2', status: 'pending', attempts: 0 },
     ])
-    expect(await lanes(['bad', 'good'])).toMatchObject([
+    expect(await lanes(schema, ['bad', 'good'])).toMatchObject([
       { aggregate_id: 'bad', blocked_reason: 'exhausted', claim_token: null },
       { aggregate_id: 'good', blocked_reason: null, claim_token: null },
     ])
@@ -237,16 +252,19 @@ describe('outbox relay', () => {
   it('on SIGTERM with requests in flight, aborts them after --stop-timeout-ms, releases every claim, exits 0', async ({
     onTestFinished,
   }) => {
-    const hooks = await sink((request) =>
+    const hooks = await sink(onTestFinished, (request) =>
       request.json?.aggregate_id === 'quick' ? { status: 200, body: { status: 'applied' } } : 'hang',
     )
+    const schema = await freshSchema('relay_stopping')
     const ids = ['hang1', 'hang2', 'quick']
-    await seedEvents(t.db, ids, 1)
+    await seedEvents(t.db, ids, 1, { schema })
     const relay = startCli(
       [
         'relay',
         '--endpoint',
         hooks.url,
+        '--schema',
+        schema,
         '--stop-timeout-ms',
         '300',
         '--poll-interval-ms',
@@ -261,7 +279,10 @@ describe('outbox relay', () => {
     await waitFor(() => hooks.requests.length === 3, 'three requests')
     await relay.waitFor(() => relay.stdout().includes('"event":"delivery:success"'), 'the quick delivery')
     // The hanging lanes are held under live claims right now.
-    expect((await lanes(['hang1', 'hang2'])).map((lane) => lane.claim_token !== null)).toEqual([true, true])
+    expect((await lanes(schema, ['hang1', 'hang2'])).map((lane) => lane.claim_token !== null)).toEqual([
+      true,
+      true,
+    ])
 
     const result = await relay.stop('SIGTERM', 10_000)
     expect(result, result.stderr).toMatchObject({ code: 0, signal: null, stderr: '' })
@@ -269,7 +290,7 @@ describe('outbox relay', () => {
       .trimEnd()
       .split('\n')
       .map((line) => JSON.parse(line))
-    const [quick] = await events(['quick'])
+    const [quick] = await events(schema, ['quick'])
     expect(logged.find((entry) => entry.event === 'delivery:success')).toMatchObject({
       level: 'info',
       msg: 'delivered',
@@ -283,24 +304,21 @@ describe('outbox relay', () => {
     })
     expect(logged.at(-1)).toMatchObject({ level: 'info', msg: 'relay stopped', aborted: 2 })
     // Claims handed back at once: another relay need not wait for the 60 s lease. Nothing was lost or sent.
-    for (const lane of await lanes(ids)) expect(lane.claim_token).toBeNull()
-    expect((await events(ids)).map((row) => row.status)).toEqual(['pending', 'pending', 'sent'])
+    for (const lane of await lanes(schema, ids)) expect(lane.claim_token).toBeNull()
+    expect((await events(schema, ids)).map((row) => row.status)).toEqual(['pending', 'pending', 'sent'])
   })
 
   it('a second signal exits at once without waiting for in-flight requests', async ({ onTestFinished }) => {
-    const hooks = await sink(() => 'hang')
-    await seedEvents(t.db, ['stuck'], 1)
+    const hooks = await sink(onTestFinished, () => 'hang')
+    const schema = await freshSchema('relay_forced')
+    await seedEvents(t.db, ['stuck'], 1, { schema })
     const relay = startCli(
-      ['relay', '--endpoint', hooks.url, '--poll-interval-ms', '20'],
+      ['relay', '--endpoint', hooks.url, '--schema', schema, '--poll-interval-ms', '20'],
       cliEnv({ DATABASE_URL: t.url }),
       { onTestFinished },
     )
     await started(relay)
-    // (Lanes left pending by the previous test may hang here too: only this one matters.)
-    await waitFor(
-      () => hooks.requests.some((request) => request.json.aggregate_id === 'stuck'),
-      'the hanging request',
-    )
+    await waitFor(() => hooks.requests.length === 1, 'the hanging request')
     relay.child.kill('SIGINT')
     await relay.waitFor(() => relay.stdout().includes('SIGINT received: stopping'), 'the stop to begin')
     const result = await relay.stop('SIGINT', 5000)
@@ -312,24 +330,29 @@ describe('outbox relay', () => {
   it('--listen wakes on NOTIFY long before the next poll, and stops on SIGINT', async ({
     onTestFinished,
   }) => {
-    const hooks = await sink()
+    const hooks = await sink(onTestFinished)
+    const schema = await freshSchema('relay_listen')
     const relay = startCli(
-      ['relay', '--endpoint', hooks.url, '--listen', '--poll-interval-ms', '60000'],
+      ['relay', '--endpoint', hooks.url, '--schema', schema, '--listen', '--poll-interval-ms', '60000'],
       cliEnv({ DATABASE_URL: t.url }),
       { onTestFinished },
     )
     await started(relay)
-    expect(relay.stdout()).toContain('wakeUps="LISTEN outbox_public + polling every 60000ms"')
+    expect(relay.stdout()).toContain('wakeUps="LISTEN outbox_relay_listen + polling every 60000ms"')
     // The relay's first poll ran at start; from now on only a notification can wake it within the minute.
     await new Promise((resolve) => setTimeout(resolve, 300))
     const startedAt = Date.now()
     const { eventId } = await t.db.transaction().execute((trx) =>
-      enqueue(trx, {
-        aggregateType: 'order',
-        aggregateId: 'listen1',
-        eventType: 'order.created',
-        payload: {},
-      }),
+      enqueue(
+        trx,
+        {
+          aggregateType: 'order',
+          aggregateId: 'listen1',
+          eventType: 'order.created',
+          payload: {},
+        },
+        { schema },
+      ),
     )
     await waitFor(
       () => hooks.requests.some((request) => request.json.event_id === eventId),
@@ -344,8 +367,8 @@ describe('outbox relay', () => {
   it('logs a database failure while running as one explained line, keeps going, and delivers once it heals', async ({
     onTestFinished,
   }) => {
-    const hooks = await sink()
-    await migrate(t.db, { schema: 'cli_outage' })
+    const hooks = await sink(onTestFinished)
+    await freshSchema('cli_outage')
     const relay = startCli(
       ['relay', '--endpoint', hooks.url, '--schema', 'cli_outage', '--poll-interval-ms', '20'],
       cliEnv({ DATABASE_URL: t.url }),
