@@ -1,6 +1,7 @@
 import { useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { beforeAll, describe, expect, it } from 'vitest'
+import { migrate } from '../src/index.js'
 import { buildCli, cliEnv, expectFailure, REFUSED_URL, runCli, startCli } from './cli-process.js'
 import { seedEvents } from './support.js'
 
@@ -8,33 +9,42 @@ const t = useTestDatabase()
 
 beforeAll(() => buildCli(), 120_000)
 
-async function countBy(): Promise<Record<string, number>> {
+/** A freshly migrated schema for one test: the tests run concurrently and each prunes its own rows. */
+async function freshSchema(name: string): Promise<string> {
+  await migrate(t.db, { schema: name })
+  return name
+}
+
+async function countBy(schema: string): Promise<Record<string, number>> {
   const { rows } = await sql<{ kind: string; count: string }>`
     SELECT status || CASE WHEN coalesce(sent_at, dead_at) < now() - interval '20 days' THEN '_old' ELSE '' END AS kind,
            count(*) AS count
-    FROM outbox GROUP BY 1`.execute(t.db)
+    FROM ${sql.id(schema, 'outbox')} GROUP BY 1`.execute(t.db)
   return Object.fromEntries(rows.map((row) => [row.kind, Number(row.count)]))
 }
 
-describe('outbox prune', () => {
+describe.concurrent('outbox prune', () => {
   it('deletes sent rows past retention in bounded batches; exit 3 until it has caught up', async () => {
+    const schema = await freshSchema('prune_batches')
     // 25 sent 40 days ago, 3 sent yesterday, 2 dead 40 days ago, 2 pending: only the 25 are past a 30d retention.
-    await seedEvents(t.db, ['p1', 'p2', 'p3', 'p4', 'p5'], 5)
-    await seedEvents(t.db, ['recent1', 'recent2', 'recent3', 'dead1', 'dead2', 'live1', 'live2'], 1)
-    await sql`UPDATE outbox SET status = 'sent', sent_at = now() - interval '40 days' WHERE aggregate_id LIKE 'p%'`.execute(
+    await seedEvents(t.db, ['p1', 'p2', 'p3', 'p4', 'p5'], 5, { schema })
+    await seedEvents(t.db, ['recent1', 'recent2', 'recent3', 'dead1', 'dead2', 'live1', 'live2'], 1, {
+      schema,
+    })
+    await sql`UPDATE ${sql.id(schema, 'outbox')} SET status = 'sent', sent_at = now() - interval '40 days' WHERE aggregate_id LIKE 'p%'`.execute(
       t.db,
     )
-    await sql`UPDATE outbox SET status = 'sent', sent_at = now() - interval '1 day' WHERE aggregate_id LIKE 'recent%'`.execute(
+    await sql`UPDATE ${sql.id(schema, 'outbox')} SET status = 'sent', sent_at = now() - interval '1 day' WHERE aggregate_id LIKE 'recent%'`.execute(
       t.db,
     )
-    await sql`UPDATE outbox SET status = 'dead', dead_at = now() - interval '40 days' WHERE aggregate_id LIKE 'dead%'`.execute(
+    await sql`UPDATE ${sql.id(schema, 'outbox')} SET status = 'dead', dead_at = now() - interval '40 days' WHERE aggregate_id LIKE 'dead%'`.execute(
       t.db,
     )
-    expect(await countBy()).toEqual({ sent_old: 25, sent: 3, dead_old: 2, pending: 2 })
+    expect(await countBy(schema)).toEqual({ sent_old: 25, sent: 3, dead_old: 2, pending: 2 })
     const env = cliEnv({ DATABASE_URL: t.url })
 
     const first = await runCli(
-      ['prune', '--retention', '30d', '--batch-size', '10', '--max-batches', '2'],
+      ['prune', '--schema', schema, '--retention', '30d', '--batch-size', '10', '--max-batches', '2'],
       env,
     )
     expect(first.code, first.stderr).toBe(3)
@@ -44,34 +54,46 @@ describe('outbox prune', () => {
     expect(first.stdout).toBe(
       'deleted 20 rows (20 sent, 0 dead letters); NOT caught up: stopped after --max-batches 2; run it again, more often, or raise --max-batches\n',
     )
-    expect(await countBy()).toEqual({ sent_old: 5, sent: 3, dead_old: 2, pending: 2 })
+    expect(await countBy(schema)).toEqual({ sent_old: 5, sent: 3, dead_old: 2, pending: 2 })
 
     const second = await runCli(
-      ['prune', '--retention', '30d', '--batch-size', '10', '--max-batches', '2'],
+      ['prune', '--schema', schema, '--retention', '30d', '--batch-size', '10', '--max-batches', '2'],
       env,
     )
     expect(second.code, second.stderr).toBe(0)
     expect(second.stdout).toBe('deleted 5 rows (5 sent, 0 dead letters); caught up\n')
-    expect(await countBy()).toEqual({ sent: 3, dead_old: 2, pending: 2 })
+    expect(await countBy(schema)).toEqual({ sent: 3, dead_old: 2, pending: 2 })
 
     const dead = await runCli(
-      ['prune', '--retention', '30d', '--dead-letter-retention', '21d', '--pause-ms', '1', '--json'],
+      [
+        'prune',
+        '--schema',
+        schema,
+        '--retention',
+        '30d',
+        '--dead-letter-retention',
+        '21d',
+        '--pause-ms',
+        '1',
+        '--json',
+      ],
       env,
     )
     expect(dead.code, dead.stderr).toBe(0)
     expect(JSON.parse(dead.stdout)).toEqual({ removed: 2, caughtUp: true, sent: 0, dead: 2 })
     expect(dead.stderr).toContain('prune: dead rows: batch 1, 2 deleted, 2 so far')
     // Pending events are never touched, and recent sent rows stay until their retention is up.
-    expect(await countBy()).toEqual({ sent: 3, pending: 2 })
+    expect(await countBy(schema)).toEqual({ sent: 3, pending: 2 })
   })
 
   it('reports --json with caughtUp false and still exits 3', async () => {
-    await seedEvents(t.db, ['j1', 'j2', 'j3'], 1)
-    await sql`UPDATE outbox SET status = 'sent', sent_at = now() - interval '3 hours' WHERE aggregate_id LIKE 'j%'`.execute(
+    const schema = await freshSchema('prune_json')
+    await seedEvents(t.db, ['j1', 'j2', 'j3'], 1, { schema })
+    await sql`UPDATE ${sql.id(schema, 'outbox')} SET status = 'sent', sent_at = now() - interval '3 hours' WHERE aggregate_id LIKE 'j%'`.execute(
       t.db,
     )
     const result = await runCli(
-      ['prune', '--retention', '2h', '--batch-size', '1', '--max-batches', '2', '--json'],
+      ['prune', '--schema', schema, '--retention', '2h', '--batch-size', '1', '--max-batches', '2', '--json'],
       cliEnv({ DATABASE_URL: t.url }),
     )
     expect(result.code, result.stderr).toBe(3)
@@ -79,12 +101,13 @@ describe('outbox prune', () => {
   })
 
   it('stops between batches on SIGINT and says so (exit 130)', async ({ onTestFinished }) => {
-    await seedEvents(t.db, ['i1', 'i2', 'i3', 'i4'], 1)
-    await sql`UPDATE outbox SET status = 'sent', sent_at = now() - interval '2 days' WHERE aggregate_id LIKE 'i%'`.execute(
+    const schema = await freshSchema('prune_interrupt')
+    await seedEvents(t.db, ['i1', 'i2', 'i3', 'i4'], 1, { schema })
+    await sql`UPDATE ${sql.id(schema, 'outbox')} SET status = 'sent', sent_at = now() - interval '2 days' WHERE aggregate_id LIKE 'i%'`.execute(
       t.db,
     )
     const prune = startCli(
-      ['prune', '--retention', '1d', '--batch-size', '1', '--pause-ms', '2000'],
+      ['prune', '--schema', schema, '--retention', '1d', '--batch-size', '1', '--pause-ms', '2000'],
       cliEnv({ DATABASE_URL: t.url }),
       { onTestFinished },
     )
