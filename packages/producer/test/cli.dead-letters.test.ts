@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { listDeadLetters } from '../src/index.js'
+import { listDeadLetters, migrate } from '../src/index.js'
 import { buildCli, cliEnv, expectFailure, REFUSED_URL, runCli } from './cli-process.js'
 import { seedEvents } from './support.js'
 
@@ -16,35 +16,52 @@ interface Row {
   attempts: number
 }
 
-async function rows(): Promise<Row[]> {
+async function rows(schema: string): Promise<Row[]> {
   return await t.db
+    .withSchema(schema)
     .selectFrom('outbox')
     .select(['event_id', 'aggregate_id', 'sequence', 'status', 'attempts'])
     .orderBy('id')
     .execute()
 }
 
-let dead: Row[] = []
-let pending: Row
-let sentRow: Row
+interface Seeded {
+  readonly dead: Row[]
+  readonly pending: Row
+  readonly sentRow: Row
+}
 
-beforeAll(async () => {
-  buildCli()
-  // d1..d3 dead-lettered one minute apart (d1 oldest) after 8 attempts; one pending and one sent event.
-  await seedEvents(t.db, ['d1', 'd2', 'd3', 'live', 'done'], 1)
+/** d1..d3 dead-lettered one minute apart (d1 oldest) after 8 attempts; one pending and one sent event. */
+async function seedDeadLetters(schema: string): Promise<Seeded> {
+  await migrate(t.db, { schema })
+  await seedEvents(t.db, ['d1', 'd2', 'd3', 'live', 'done'], 1, { schema })
+  const outbox = sql.id(schema, 'outbox')
   await sql`
-    UPDATE outbox SET status = 'dead', attempts = 8, last_status = 500,
+    UPDATE ${outbox} SET status = 'dead', attempts = 8, last_status = 500,
       last_error = 'HTTP 500: ' || repeat('upstream exploded ', 10), last_attempt_at = now(),
       dead_at = now() - (4 - substr(aggregate_id, 2)::int) * interval '1 minute'
     WHERE aggregate_id LIKE 'd_'`.execute(t.db)
-  await sql`UPDATE outbox SET status = 'sent', sent_at = now() WHERE aggregate_id = 'done'`.execute(t.db)
-  const all = await rows()
-  dead = ['d1', 'd2', 'd3'].map((id) => all.find((row) => row.aggregate_id === id)!)
-  pending = all.find((row) => row.aggregate_id === 'live')!
-  sentRow = all.find((row) => row.aggregate_id === 'done')!
+  await sql`UPDATE ${outbox} SET status = 'sent', sent_at = now() WHERE aggregate_id = 'done'`.execute(t.db)
+  const all = await rows(schema)
+  return {
+    dead: ['d1', 'd2', 'd3'].map((id) => all.find((row) => row.aggregate_id === id)!),
+    pending: all.find((row) => row.aggregate_id === 'live')!,
+    sentRow: all.find((row) => row.aggregate_id === 'done')!,
+  }
+}
+
+// Listing reads the public schema; redriving changes rows, so it works on a schema of its own and the tests can
+// run concurrently.
+let dead: Row[] = []
+let redriving: Seeded
+
+beforeAll(async () => {
+  buildCli()
+  ;({ dead } = await seedDeadLetters('public'))
+  redriving = await seedDeadLetters('redriving')
 }, 120_000)
 
-describe('outbox dead-letters', () => {
+describe.concurrent('outbox dead-letters', () => {
   it('list --json prints every dead letter, oldest first, as the rows say', async () => {
     const result = await runCli(['dead-letters', 'list', '--json'], cliEnv({ DATABASE_URL: t.url }))
     expect(result, result.stderr).toMatchObject({ code: 0, stderr: '' })
@@ -96,7 +113,9 @@ describe('outbox dead-letters', () => {
     expect(next.stdout).not.toContain(dead[1]!.event_id)
   })
 
-  it('redrive revives the given dead letters and names the ids that were not dead letters', async () => {
+  it('redrive revives the given dead letters and names the ids that were not; --all revives the rest', async () => {
+    const { dead, pending, sentRow } = redriving
+    const env = cliEnv({ DATABASE_URL: t.url, OUTBOX_SCHEMA: 'redriving' })
     const unknown = randomUUID()
     const result = await runCli(
       [
@@ -107,7 +126,7 @@ describe('outbox dead-letters', () => {
         unknown,
         sentRow.event_id.toUpperCase(),
       ],
-      cliEnv({ DATABASE_URL: t.url }),
+      env,
     )
     expect(result, result.stderr).toMatchObject({ code: 0, stderr: '' })
     expect(result.stdout).toBe(
@@ -121,7 +140,7 @@ describe('outbox dead-letters', () => {
         '',
       ].join('\n'),
     )
-    const after = await rows()
+    const after = await rows('redriving')
     expect(after.find((row) => row.event_id === dead[0]!.event_id)).toMatchObject({
       status: 'pending',
       attempts: 0,
@@ -129,16 +148,13 @@ describe('outbox dead-letters', () => {
     })
     expect(after.find((row) => row.event_id === sentRow.event_id)?.status).toBe('sent')
     expect(after.filter((row) => row.status === 'dead')).toHaveLength(2)
-  })
 
-  it('redrive --all --json revives the rest and prints what it did', async () => {
-    const env = cliEnv({ DATABASE_URL: t.url })
-    const result = await runCli(['dead-letters', 'redrive', '--all', '--json'], env)
-    expect(result, result.stderr).toMatchObject({ code: 0, stderr: '' })
-    const printed = JSON.parse(result.stdout)
+    const all = await runCli(['dead-letters', 'redrive', '--all', '--json'], env)
+    expect(all, all.stderr).toMatchObject({ code: 0, stderr: '' })
+    const printed = JSON.parse(all.stdout)
     expect([...printed.redriven].sort()).toEqual([dead[1]!.event_id, dead[2]!.event_id].sort())
     expect(printed.notDead).toEqual([])
-    expect((await rows()).filter((row) => row.status === 'dead')).toEqual([])
+    expect((await rows('redriving')).filter((row) => row.status === 'dead')).toEqual([])
     const again = await runCli(['dead-letters', 'redrive', '--all'], env)
     expect(again).toMatchObject({ code: 0, stdout: 'nothing to redrive: there are no dead letters\n' })
     const empty = await runCli(['dead-letters', 'list'], env)
