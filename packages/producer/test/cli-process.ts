@@ -1,5 +1,14 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
-import { mkdirSync, rmdirSync, statSync } from 'node:fs'
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  rmdirSync,
+  statSync,
+  utimesSync,
+} from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -11,13 +20,35 @@ export const CLI_PATH = fileURLToPath(new URL('../dist/cli.js', import.meta.url)
 
 const LOCK = join(tmpdir(), `outbox-cli-build-${Buffer.from(REPO_ROOT).toString('hex').slice(-24)}.lock`)
 
+const STAMP = `${LOCK}.built`
+
+/** What the producer's build reads: when none of it changed since the last build, there is nothing to do. */
+const BUILD_INPUTS = [
+  'packages/producer/src',
+  'packages/protocol/src',
+  'packages/producer/tsconfig.json',
+  'packages/protocol/tsconfig.json',
+  'packages/producer/package.json',
+  'tsconfig.base.json',
+].map((path) => join(REPO_ROOT, path))
+
+function newestMtime(path: string): number {
+  const stat = statSync(path)
+  if (!stat.isDirectory()) return stat.mtimeMs
+  let newest = stat.mtimeMs
+  for (const entry of readdirSync(path)) newest = Math.max(newest, newestMtime(join(path, entry)))
+  return newest
+}
+
 function sleepSync(ms: number): void {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms)
 }
 
 /**
  * Builds the producer (`tsc -b`, incremental) so the tests run the real `dist/cli.js`. Test files run in parallel
- * workers: a lock directory makes their builds take turns, so none reads a file another is writing.
+ * workers: a lock directory makes their builds take turns, so none reads a file another is writing. A stamp
+ * records when the last build started: when no input is newer, even starting the compiler (seconds of CPU that
+ * every test file would pay) is skipped.
  */
 export function buildCli(): void {
   const started = Date.now()
@@ -35,7 +66,16 @@ export function buildCli(): void {
     }
   }
   try {
+    const fresh =
+      existsSync(STAMP) &&
+      existsSync(CLI_PATH) &&
+      statSync(STAMP).mtimeMs >= Math.max(...BUILD_INPUTS.map(newestMtime))
+    if (fresh) return
+    const startedAt = new Date()
     execFileSync('npx', ['tsc', '-b', 'packages/producer'], { cwd: REPO_ROOT, stdio: 'pipe' })
+    closeSync(openSync(STAMP, 'a'))
+    // The start time, not the end: a file saved during the build is newer than the stamp and rebuilds next time.
+    utimesSync(STAMP, startedAt, startedAt)
   } catch (error) {
     const { stdout, stderr } = error as { stdout?: Buffer; stderr?: Buffer }
     throw new Error(`tsc -b packages/producer failed:\n${stdout ?? ''}${stderr ?? ''}`)
