@@ -47,7 +47,7 @@ Options:
   --endpoint <url>              the subscriber's webhook URL (required)          [env: OUTBOX_ENDPOINT]
   --secret <whsec_…>            Standard Webhooks signing secret; repeat it (or comma-separate) to sign with
                                 several during a rotation. Prefer the environment: flags show in ps.
-                                                                             [env: OUTBOX_SIGNING_SECRET]
+                                                                                 [env: OUTBOX_SIGNING_SECRET]
   --concurrency <n>             lanes delivered in parallel (default 16)
   --batch-size <n>              most events taken from one lane per claim (default 200)
   --lease-ms <ms>               how long a claim owns its lane (default 60000)
