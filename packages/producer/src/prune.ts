@@ -2,7 +2,7 @@ import type { Kysely } from 'kysely'
 import { type Duration, parseDuration } from './duration.js'
 import { OutboxError } from './errors.js'
 import { resolveSchema } from './schema-name.js'
-import { deleteExpired } from './sql/delete-expired.js'
+import { deleteExpired, hasExpired } from './sql/delete-expired.js'
 
 /** Options of {@link prune}. */
 export interface PruneOptions {
@@ -89,7 +89,8 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
       options.onBatch?.({ status, removed: deleted })
       if (deleted < batchSize) break
       if (batches >= maxBatches) {
-        caughtUp = false
+        // The budget ran out on a full batch: it finished only if nothing past retention is left.
+        if (await hasExpired(db, schema, status, keepMs)) caughtUp = false
         break
       }
       if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs))

@@ -105,6 +105,14 @@ describe('prune', () => {
     expect(await prune(t.db, { retention: '30d' })).toEqual({ removed: 0, caughtUp: true })
   })
 
+  it('reports caughtUp: true when the last allowed batch took exactly the last expired rows', async () => {
+    await seed('old_sent', 10, 'sent', 40)
+    expect(await prune(t.db, { retention: '30d', batchSize: 5, maxBatches: 2 })).toEqual({
+      removed: 10,
+      caughtUp: true,
+    })
+  })
+
   it('takes retention in milliseconds too, and keeps rows younger than it', async () => {
     await seed('d40', 2, 'sent', 40)
     await seed('d31', 2, 'sent', 31)

@@ -26,3 +26,22 @@ export async function deleteExpired(
     )`.execute(db)
   return Number(result.numAffectedRows ?? 0n)
 }
+
+/**
+ * Whether any row of one status is older than `olderThanMs`: the cheap probe (one index entry) that tells a prune
+ * which stopped at its batch budget whether it had in fact finished.
+ */
+export async function hasExpired(
+  db: Kysely<any>,
+  schema: string,
+  status: 'sent' | 'dead',
+  olderThanMs: number,
+): Promise<boolean> {
+  const outbox = sql.id(schema, 'outbox')
+  const column = sql.id(status === 'sent' ? 'sent_at' : 'dead_at')
+  const { rows } = await sql<{ found: boolean }>`
+    SELECT EXISTS (
+      SELECT 1 FROM ${outbox} WHERE status = ${status} AND ${column} < now() - ${olderThanMs} * interval '1 millisecond'
+    ) AS found`.execute(db)
+  return rows[0]?.found === true
+}
