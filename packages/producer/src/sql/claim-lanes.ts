@@ -22,6 +22,12 @@ export interface ClaimedLaneRow {
  * - `FOR UPDATE SKIP LOCKED` on the lane row: concurrent relays never wait for each other and never claim the same
  *   lane; READ COMMITTED re-checks the lease condition on the latest row version before locking it.
  * - Lanes parked by `onExhausted: 'block'` are never claimed; their rows sit at `available_at = 'infinity'`.
+ * - Cost proportional to the lanes wanted, not to the candidates: candidates stream in due order (the sorted
+ *   subquery) into the lane and head checks, and the LIMIT stops them after `lanes` hits. No ORDER BY above the
+ *   LIMIT on purpose: with one, PostgreSQL (which cannot estimate how many candidates pass the head check) ran
+ *   the head check for EVERY candidate — up to `scanRows` of them, ~1,000 index probes per claim even for one
+ *   lane — and sorted afterwards. Oldest-due-first is thus kept by the plan (candidates drive the join), not
+ *   promised by SQL; it only decides which due lanes go first, never whether a lane may be claimed.
  */
 export async function claimLanes(
   db: Kysely<any>,
@@ -49,8 +55,8 @@ export async function claimLanes(
       GROUP BY o.aggregate_type, o.aggregate_id
     ), picked AS (
       SELECT l.aggregate_type, l.aggregate_id, (l.claim_token IS NOT NULL) AS taken_over
-      FROM ${lane} l
-      JOIN due ON due.aggregate_type = l.aggregate_type AND due.aggregate_id = l.aggregate_id
+      FROM (SELECT due.aggregate_type, due.aggregate_id FROM due ORDER BY due.first_due) d
+      JOIN ${lane} l ON l.aggregate_type = d.aggregate_type AND l.aggregate_id = d.aggregate_id
       WHERE (l.claim_token IS NULL OR l.leased_until <= now())
         AND l.blocked_reason IS DISTINCT FROM 'exhausted'
         AND (
@@ -60,7 +66,6 @@ export async function claimLanes(
           ORDER BY head.sequence
           LIMIT 1
         ) <= now()
-      ORDER BY due.first_due
       LIMIT ${lanes}
       FOR UPDATE OF l SKIP LOCKED
     )
