@@ -1,0 +1,100 @@
+import { type ChildProcess, spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { readFileSync, rmSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath, pathToFileURL } from 'node:url'
+import { afterAll, describe, expect, it } from 'vitest'
+import type { ChaosRunResult } from './run-chaos.js'
+
+const tsx = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href
+const script = fileURLToPath(new URL('./run.ts', import.meta.url))
+let child: ChildProcess | undefined
+
+afterAll(() => {
+  // A timed-out run must not keep its processes: the orchestrator cleans up on SIGTERM (and on stdin closing).
+  if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
+})
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+describe('chaos: the guarantee under kill -9, a failing endpoint and PostgreSQL restarts (CI size)', () => {
+  it('every committed event applied exactly once and in order; poison dead-lettered (skip) or its lane stalled (block)', {
+    timeout: 240_000,
+  }, async () => {
+    // A fresh seed each CI run covers more plans over time; the failure message carries it for a replay.
+    const seed = process.env.OUTBOX_CHAOS_SEED ?? String(Math.floor(Math.random() * 1_000_000))
+    const json = join(tmpdir(), `outbox-chaos-${seed}-${process.pid}.json`)
+    child = spawn(
+      process.execPath,
+      [
+        '--conditions=@outbox/source',
+        '--import',
+        tsx,
+        script,
+        '--duration',
+        '35',
+        '--poison-duration',
+        '8',
+        '--seed',
+        seed,
+        '--json',
+        json,
+        '--stop-on-stdin-close',
+      ],
+      { stdio: ['pipe', 'pipe', 'pipe'] },
+    )
+    let output = ''
+    child.stdout!.on('data', (chunk: Buffer) => {
+      output += chunk.toString()
+    })
+    child.stderr!.on('data', (chunk: Buffer) => {
+      output += chunk.toString()
+    })
+    const [code] = (await once(child, 'exit')) as [number | null]
+    let report: { seed: number; replay: string; spawnedPids: number[]; results: ChaosRunResult[] }
+    try {
+      report = JSON.parse(readFileSync(json, 'utf8'))
+    } catch {
+      throw new Error(`the chaos run (seed ${seed}) exited ${code} without a report:\n${output}`)
+    } finally {
+      rmSync(json, { force: true })
+    }
+    const context = `seed ${seed}; replay: ${report.replay}\n${output}`
+
+    expect(code, context).toBe(0)
+    expect(
+      report.results.map((result) => [result.mode, result.violations]),
+      context,
+    ).toEqual([
+      ['normal', []],
+      ['poison-skip', []],
+      ['poison-block', []],
+    ])
+    // The run must have done what it claims, or the invariants above prove nothing.
+    const [normal, skip, block] = report.results as [ChaosRunResult, ChaosRunResult, ChaosRunResult]
+    const relayKills = normal.faults.relayKills
+    expect(relayKills.timer + relayKills.midRequest + relayKills.afterApply, context).toBeGreaterThan(0)
+    expect(normal.faults.subscriberKills, context).toBeGreaterThan(0)
+    expect(normal.faults.postgresRestarts, context).toEqual({ producer: 1, subscriber: 1 })
+    expect(normal.database.eventsCommitted, context).toBeGreaterThan(100)
+    expect(normal.workers.rolledBack, context).toBeGreaterThan(0)
+    expect(normal.proxy.answers.duplicate_ignored, context).toBeGreaterThan(0)
+    for (const fault of ['error500', 'unavailable503', 'hold', 'reset', 'dropResponse'] as const) {
+      expect(normal.proxy.faults[fault], `${fault} never injected; ${context}`).toBeGreaterThan(0)
+    }
+    expect(skip.database.poisonCommitted, context).toBeGreaterThan(0)
+    expect(skip.database.dead, context).toBe(skip.database.poisonCommitted)
+    expect(block.database.blockedLanes, context).toBeGreaterThan(0)
+    // Nothing the run started outlives it.
+    expect(report.spawnedPids.filter(alive), context).toEqual([])
+  })
+})

@@ -1,0 +1,288 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo, Socket } from 'node:net'
+import { Agent, request } from 'undici'
+import type { SeededRandom } from './seeded-random.js'
+
+/** What the proxy does to one request. */
+export type FaultKind =
+  /** Forward and answer what the subscriber answered. */
+  | 'pass'
+  /** Answer 500 without forwarding. */
+  | 'error500'
+  /** Answer 503 with a `Retry-After` of 0–1 s, without forwarding. */
+  | 'unavailable503'
+  /** Hold the request past the relay's timeout, then forward it anyway: a slow network or subscriber. */
+  | 'hold'
+  /** Reset the relay's connection (TCP RST) without forwarding. */
+  | 'reset'
+  /** Forward, let the subscriber apply, then drop the connection instead of answering. */
+  | 'dropResponse'
+
+/** Relative weights of the faults while faults are on; `pass` included. */
+export type FaultWeights = Readonly<Record<FaultKind, number>>
+
+/** How an armed relay kill lands: on the relay's next request, or once that request was applied. */
+export type ArmedKillStyle = 'mid-request' | 'after-apply'
+
+/** Counters of what went through the proxy. */
+export interface ProxyFigures {
+  requests: number
+  faults: Record<FaultKind, number>
+  /** Answers the subscriber gave to forwarded requests (also those whose answer the proxy then dropped). */
+  answers: {
+    applied: number
+    duplicate_ignored: number
+    stale_ignored: number
+    conflict: number
+    error: number
+    /** The subscriber was down or the forward failed. */
+    unreachable: number
+  }
+  /** Held requests forwarded after their relay had given up on them. */
+  lateForwards: number
+  /** Subscriber answers that found their relay gone (timed out, killed): work done for nobody, a duplicate later. */
+  answersToNobody: number
+  armedKills: { midRequest: number; afterApply: number }
+  /** Round trips to the subscriber: the slowest, and how many took longer than the relays' timeout. */
+  forwardMs: { max: number; overRelayTimeout: number }
+}
+
+/** A fault-injecting reverse proxy between the relays and the subscriber. */
+export interface FaultProxy {
+  /** The endpoint relay `index` posts to (one path per relay, so an armed kill finds its relay's request). */
+  endpoint(index: number): string
+  /** Turns faults on (with these weights) or off (`null`: everything passes). */
+  setFaults(weights: FaultWeights | null): void
+  /**
+   * Arms a kill of relay `index`: `kill` runs on that relay's next request (before it is forwarded) or after the
+   * subscriber has answered it (before the relay sees the answer). Resolves true once it ran, false if disarmed.
+   */
+  armKill(index: number, style: ArmedKillStyle, kill: () => Promise<void>): Promise<boolean>
+  /** Cancels an armed kill that has not run. */
+  disarm(index: number): void
+  readonly figures: ProxyFigures
+  /** Requests being handled right now, held ones included. */
+  readonly inFlight: number
+  close(): Promise<void>
+}
+
+/** Options of {@link startFaultProxy}. */
+export interface FaultProxyOptions {
+  /** The subscriber's webhook URL. */
+  readonly target: string
+  /** Every fault choice is drawn from this stream. */
+  readonly random: SeededRandom
+  /** The relays' request timeout: held requests are held longer than this. */
+  readonly relayTimeoutMs: number
+}
+
+const FORWARDED_HEADERS = [
+  'content-type',
+  'user-agent',
+  'x-idempotency-key',
+  'x-event-sequence',
+  'webhook-id',
+  'webhook-timestamp',
+  'webhook-signature',
+]
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+async function readBody(req: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = []
+  for await (const chunk of req) chunks.push(chunk as Buffer)
+  return Buffer.concat(chunks)
+}
+
+interface Forwarded {
+  readonly status: number
+  readonly headers: Record<string, string>
+  readonly body: Buffer
+}
+
+/** Starts the proxy on a free loopback port. */
+export async function startFaultProxy(options: FaultProxyOptions): Promise<FaultProxy> {
+  const { random } = options
+  const agent = new Agent({ connections: 64, keepAliveTimeout: 10_000 })
+  const sockets = new Set<Socket>()
+  const armed = new Map<
+    number,
+    { style: ArmedKillStyle; kill: () => Promise<void>; done: (ran: boolean) => void }
+  >()
+  let weights: FaultWeights | null = null
+  let inFlight = 0
+  const figures: ProxyFigures = {
+    requests: 0,
+    faults: { pass: 0, error500: 0, unavailable503: 0, hold: 0, reset: 0, dropResponse: 0 },
+    answers: { applied: 0, duplicate_ignored: 0, stale_ignored: 0, conflict: 0, error: 0, unreachable: 0 },
+    lateForwards: 0,
+    answersToNobody: 0,
+    armedKills: { midRequest: 0, afterApply: 0 },
+    forwardMs: { max: 0, overRelayTimeout: 0 },
+  }
+
+  async function forward(req: IncomingMessage, body: Buffer): Promise<Forwarded | null> {
+    const headers: Record<string, string> = {}
+    for (const name of FORWARDED_HEADERS) {
+      const value = req.headers[name]
+      if (typeof value === 'string') headers[name] = value
+    }
+    const started = performance.now()
+    try {
+      const response = await request(options.target, {
+        method: 'POST',
+        headers,
+        body,
+        dispatcher: agent,
+        signal: AbortSignal.timeout(10_000),
+      })
+      const answer = Buffer.from(await response.body.arrayBuffer())
+      const tookMs = performance.now() - started
+      figures.forwardMs.max = Math.max(figures.forwardMs.max, Math.round(tookMs))
+      if (tookMs > options.relayTimeoutMs) figures.forwardMs.overRelayTimeout += 1
+      const status = response.statusCode
+      if (status === 200) {
+        const text = answer.toString('utf8')
+        if (text.includes('duplicate_ignored')) figures.answers.duplicate_ignored += 1
+        else if (text.includes('stale_ignored')) figures.answers.stale_ignored += 1
+        else figures.answers.applied += 1
+      } else if (status === 409) figures.answers.conflict += 1
+      else figures.answers.error += 1
+      const contentType = response.headers['content-type']
+      return {
+        status,
+        headers: typeof contentType === 'string' ? { 'content-type': contentType } : {},
+        body: answer,
+      }
+    } catch {
+      figures.answers.unreachable += 1
+      return null
+    }
+  }
+
+  function answer(res: ServerResponse, forwarded: Forwarded | null): void {
+    if (res.destroyed || res.socket === null || res.socket.destroyed) {
+      if (forwarded !== null && forwarded.status === 200) figures.answersToNobody += 1
+      return
+    }
+    if (forwarded === null) {
+      res.writeHead(502, { 'content-type': 'text/plain' }).end('subscriber unreachable')
+      return
+    }
+    res.writeHead(forwarded.status, forwarded.headers).end(forwarded.body)
+  }
+
+  async function takeArmed(index: number, style: ArmedKillStyle): Promise<void> {
+    const kill = armed.get(index)
+    if (!kill || kill.style !== style) return
+    armed.delete(index)
+    if (style === 'mid-request') figures.armedKills.midRequest += 1
+    else figures.armedKills.afterApply += 1
+    await kill.kill()
+    kill.done(true)
+  }
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const match = /^\/r(\d+)\/hooks$/.exec(req.url ?? '')
+    const body = await readBody(req)
+    if (!match) {
+      res.writeHead(404).end()
+      return
+    }
+    const relay = Number(match[1])
+    figures.requests += 1
+    // The relay dies while this request is on the wire; the request itself still travels on.
+    await takeArmed(relay, 'mid-request')
+    const fault: FaultKind = weights === null ? 'pass' : random.weighted(weights)
+    figures.faults[fault] += 1
+    switch (fault) {
+      case 'error500':
+        res.writeHead(500, { 'content-type': 'text/plain' }).end('injected failure')
+        return
+      case 'unavailable503':
+        res.writeHead(503, { 'retry-after': String(random.int(0, 1)) }).end('injected unavailability')
+        return
+      case 'reset':
+        req.socket.resetAndDestroy()
+        return
+      case 'hold': {
+        const holdMs = options.relayTimeoutMs + random.int(50, 1500)
+        if (random.chance(0.5)) {
+          // Arrives late: the relay has timed out (and may have retried or moved on) before it lands.
+          await sleep(holdMs)
+          figures.lateForwards += 1
+          const late = await forward(req, body)
+          answer(res, late)
+        } else {
+          // A slow subscriber: applied at once, answered after the relay stopped waiting.
+          const slow = await forward(req, body)
+          await sleep(holdMs)
+          answer(res, slow)
+        }
+        return
+      }
+      case 'dropResponse': {
+        await forward(req, body)
+        req.socket.destroy()
+        return
+      }
+      case 'pass': {
+        const forwarded = await forward(req, body)
+        await takeArmed(relay, 'after-apply')
+        answer(res, forwarded)
+        return
+      }
+    }
+  }
+
+  const server = createServer((req, res) => {
+    // Writing to a relay that already hung up is expected here, not an error.
+    res.on('error', () => {})
+    inFlight += 1
+    handle(req, res)
+      .catch(() => {
+        if (!res.destroyed) res.destroy()
+      })
+      .finally(() => {
+        inFlight -= 1
+      })
+  })
+  server.keepAliveTimeout = 30_000
+  server.on('connection', (socket) => {
+    sockets.add(socket)
+    socket.on('close', () => sockets.delete(socket))
+  })
+  // A client that vanishes mid-request (a killed relay) must not surface as an error here.
+  server.on('clientError', (_error, socket) => socket.destroy())
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+
+  const disarm = (index: number) => {
+    const kill = armed.get(index)
+    armed.delete(index)
+    kill?.done(false)
+  }
+  return {
+    endpoint: (index) => `http://127.0.0.1:${port}/r${index}/hooks`,
+    setFaults(next) {
+      weights = next
+    },
+    armKill(index, style, kill) {
+      armed.get(index)?.done(false)
+      return new Promise<boolean>((done) => armed.set(index, { style, kill, done }))
+    },
+    disarm,
+    figures,
+    get inFlight() {
+      return inFlight
+    },
+    async close() {
+      for (const index of [...armed.keys()]) disarm(index)
+      for (const socket of sockets) socket.destroy()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+      await agent.close()
+    },
+  }
+}

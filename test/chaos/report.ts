@@ -1,0 +1,38 @@
+import type { ChaosRunResult } from './run-chaos.js'
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`
+
+/** The figures of one run as a few aligned lines, then every broken invariant with its examples. */
+export function formatReport(result: ChaosRunResult): string {
+  const { database: db, workers, relays, proxy, faults } = result
+  const requestsToSubscriber =
+    proxy.answers.applied + proxy.answers.duplicate_ignored + proxy.answers.stale_ignored
+  const lines = [
+    `mode ${result.mode}, seed ${result.seed}: faults ${seconds(result.durationMs)}, drain ${seconds(result.drainMs)}, total ${seconds(result.totalMs)}`,
+    `  events committed      ${db.eventsCommitted} in ${db.transactionsCommitted} transactions over ${db.aggregates} aggregates (from the producer database)`,
+    `  rolled back           ${workers.rolledBack ?? 0} transactions with ${workers.rolledBackEvents ?? 0} events (on purpose); ${workers.failed ?? 0} transactions failed by faults, outcome left to the database`,
+    `  delivered             ${db.sent} sent, ${db.dead} dead-lettered, ${db.pending} pending (${db.stalled} behind blocked heads), ${db.blockedLanes} lanes blocked${db.poisonCommitted > 0 ? `; ${db.poisonCommitted} poison events committed` : ''}`,
+    `  attempts              ${db.attempts} (outbox attempts, takeovers included); ${proxy.requests} requests reached the proxy`,
+    `  injected              ${Object.entries(proxy.faults)
+      .filter(([kind]) => kind !== 'pass')
+      .map(([kind, count]) => `${kind} ${count}`)
+      .join(', ')}; ${proxy.lateForwards} late arrivals`,
+    `  subscriber answered   applied ${proxy.answers.applied}, duplicate_ignored ${proxy.answers.duplicate_ignored}, stale_ignored ${proxy.answers.stale_ignored}, 409 ${proxy.answers.conflict}, 5xx ${proxy.answers.error}, unreachable ${proxy.answers.unreachable}`,
+    `  duplicates absorbed   ${proxy.answers.duplicate_ignored} duplicate_ignored answers; deliveries − applied = ${requestsToSubscriber} − ${db.applied} = ${requestsToSubscriber - db.applied}`,
+    `  relays reported       ${relays.takeovers ?? 0} lane takeovers, ${relays.errors ?? 0} relay errors (database away), ${relays.retries ?? 0} retries: ${Object.entries(
+      relays,
+    )
+      .filter(([name]) => name.startsWith('retry'))
+      .map(([name, count]) => `${name.slice('retry'.length)} ${count}`)
+      .join(', ')}`,
+    `  subscriber load       slowest round trip ${proxy.forwardMs.max} ms, ${proxy.forwardMs.overRelayTimeout} slower than the relays' timeout; ${proxy.answersToNobody} 2xx answers found their relay gone; at most ${result.subscriber.maxConcurrent ?? 0} requests at once in the subscriber`,
+    `  kills (SIGKILL)       relays ${faults.relayKills.timer + faults.relayKills.midRequest + faults.relayKills.afterApply} (${faults.relayKills.timer} at random, ${faults.relayKills.midRequest} mid-request, ${faults.relayKills.afterApply} after the subscriber applied), subscriber ${faults.subscriberKills}, workers ${faults.workerKills}; ${faults.skipped} planned kills skipped (target still down)`,
+    `  restarts              relays ${faults.restarts.relay}, subscriber ${faults.restarts.subscriber}, workers ${faults.restarts.worker}, PostgreSQL producer ${faults.postgresRestarts.producer} / subscriber ${faults.postgresRestarts.subscriber}`,
+  ]
+  if (result.violations.length === 0) lines.push('  invariants            all hold')
+  for (const violation of result.violations) {
+    lines.push(`  BROKEN: ${violation.invariant} — ${violation.detail}`)
+    for (const example of violation.examples) lines.push(`      ${example}`)
+  }
+  return lines.join('\n')
+}

@@ -1,0 +1,499 @@
+import { randomBytes } from 'node:crypto'
+import { appendFileSync } from 'node:fs'
+import { join } from 'node:path'
+import type { SequencePolicy } from '@outbox/consumer'
+import { type OnExhausted, stats } from '@outbox/producer'
+import { freePort, type RunningPostgres } from '@outbox/test-harness'
+import { type Kysely, sql } from 'kysely'
+import pg from 'pg'
+import { prepareProducerDatabase, prepareSubscriberDatabase } from './chaos-schema.js'
+import { type ChaosMode, checkInvariants, type DatabaseFigures, type Violation } from './check-invariants.js'
+import { type ChildHandle, spawnScript } from './child-process.js'
+import { type FaultAction, planFaults } from './fault-plan.js'
+import { type FaultProxy, type FaultWeights, type ProxyFigures, startFaultProxy } from './fault-proxy.js'
+import { openDatabase } from './processes/child-support.js'
+import type { RelayProcessConfig } from './processes/relay-process.js'
+import type { SubscriberProcessConfig } from './processes/subscriber-process.js'
+import type { WorkerProcessConfig } from './processes/worker-process.js'
+import { SeededRandom } from './seeded-random.js'
+
+/** The two PostgreSQL servers of a chaos run: the producer's (outbox + orders) and the subscriber's. */
+export interface ChaosServers {
+  readonly producer: RunningPostgres
+  readonly subscriber: RunningPostgres
+}
+
+/** Options of {@link runChaos}. */
+export interface ChaosRunOptions {
+  readonly mode: ChaosMode
+  readonly seed: number
+  /** Length of the fault phase; the drain comes after it. */
+  readonly durationMs: number
+  /** Where the children's stderr and the fault timeline go. */
+  readonly logDir: string
+  /** Progress lines. */
+  readonly log: (line: string) => void
+  /** Longest wait for the drain before it counts as a broken invariant. @defaultValue 90000 */
+  readonly drainTimeoutMs?: number
+  /** Called with every child's PID as it starts (the caller may want to check they are all gone). */
+  readonly onSpawn?: (pid: number) => void
+}
+
+/** Kills and restarts by role. */
+export interface FaultFigures {
+  relayKills: { timer: number; midRequest: number; afterApply: number }
+  subscriberKills: number
+  workerKills: number
+  restarts: { relay: number; subscriber: number; worker: number }
+  postgresRestarts: { producer: number; subscriber: number }
+  /** Planned kills skipped because their target was still down from an earlier one. */
+  skipped: number
+}
+
+/** Everything a run measured, and what broke. */
+export interface ChaosRunResult {
+  readonly mode: ChaosMode
+  readonly seed: number
+  readonly durationMs: number
+  readonly drainMs: number
+  readonly totalMs: number
+  readonly violations: Violation[]
+  readonly database: DatabaseFigures
+  /** Summed over every worker process (killed ones up to their last report). */
+  readonly workers: Record<string, number>
+  /** Summed over every relay process (killed ones up to their last report). */
+  readonly relays: Record<string, number>
+  /** Over every subscriber process: requests, abandoned ones (the relay hung up first), most at once. */
+  readonly subscriber: Record<string, number>
+  readonly proxy: ProxyFigures
+  readonly faults: FaultFigures
+}
+
+/** The mode's knobs: what the relays do when attempts run out, the consumer's policy, the schedule. */
+interface ModeSettings {
+  readonly onExhausted: OnExhausted
+  readonly sequence: SequencePolicy
+  readonly retrySchedule: readonly number[]
+  /** Extra copies of the schedule's last delay: 100 000 makes attempts effectively unlimited. */
+  readonly repeatLastDelay: number
+  readonly poisonShare: number
+  readonly maxOutageMs: number
+  /**
+   * Poison modes run a finite schedule: an outage longer than planned (a successor still loading, the subscriber's
+   * database restarting) would burn an ordinary event's attempts too, so those faults are left out there.
+   */
+  readonly strictOutages: boolean
+  readonly faults: FaultWeights
+}
+
+const RELAYS = 3
+const WORKERS = 3
+const LEASE_MS = 2000
+const REQUEST_TIMEOUT_MS = 500
+
+const MODES: Record<ChaosMode, ModeSettings> = {
+  normal: {
+    onExhausted: 'skip',
+    sequence: 'monotonic',
+    retrySchedule: [10, 25, 50, 100, 200, 250],
+    repeatLastDelay: 100_000,
+    poisonShare: 0,
+    maxOutageMs: 2000,
+    strictOutages: false,
+    faults: { pass: 70, error500: 6, unavailable503: 4, hold: 5, reset: 5, dropResponse: 10 },
+  },
+  // A finite schedule (21 attempts over ≈ 7.5 s) so poison events die; outages stay short and faults rarer, so an
+  // ordinary event never runs out of attempts and only poison is dead-lettered.
+  'poison-skip': {
+    onExhausted: 'skip',
+    sequence: 'monotonic',
+    retrySchedule: [10, 20, 40, 80, 160, 320, ...Array<number>(14).fill(500)],
+    repeatLastDelay: 0,
+    poisonShare: 0.1,
+    maxOutageMs: 600,
+    strictOutages: true,
+    faults: { pass: 80, error500: 4, unavailable503: 3, hold: 4, reset: 3, dropResponse: 6 },
+  },
+  'poison-block': {
+    onExhausted: 'block',
+    sequence: 'strict',
+    retrySchedule: [10, 20, 40, 80, 160, 320, ...Array<number>(14).fill(500)],
+    repeatLastDelay: 0,
+    poisonShare: 0.1,
+    maxOutageMs: 600,
+    strictOutages: true,
+    faults: { pass: 80, error500: 4, unavailable503: 3, hold: 4, reset: 3, dropResponse: 6 },
+  },
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)))
+}
+
+function sum(records: readonly Record<string, number>[]): Record<string, number> {
+  const total: Record<string, number> = {}
+  for (const record of records) {
+    for (const [name, value] of Object.entries(record)) total[name] = (total[name] ?? 0) + value
+  }
+  return total
+}
+
+async function recreateDatabase(server: RunningPostgres, name: string): Promise<string> {
+  const admin = new pg.Client({ connectionString: server.url() })
+  admin.on('error', () => {})
+  await admin.connect()
+  try {
+    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
+    await admin.query(`CREATE DATABASE ${name}`)
+  } finally {
+    await admin.end()
+  }
+  return server.url(name)
+}
+
+/** A role's current process; `up` once it said ready, false from its kill until its successor is ready. */
+interface Slot {
+  handle: ChildHandle
+  up: boolean
+  incarnation: number
+  /** Spawns the role's next process (loaded, waiting for its start). */
+  readonly spawnNext: (incarnation: number) => ChildHandle
+  /**
+   * A successor already spawned and loading while the current process runs: loading the packages takes seconds
+   * of CPU on a busy machine, and a restart should take the plan's downtime, not the module loader's.
+   */
+  standby: ChildHandle | undefined
+}
+
+/** Events still to be delivered: all pending rows, except (under 'block') those behind a blocked head. */
+async function undelivered(db: Kysely<any>, mode: ChaosMode): Promise<number> {
+  if (mode !== 'poison-block') return (await stats(db)).pending
+  const { rows } = await sql<{ count: string }>`
+    SELECT count(*) AS count FROM outbox o
+    WHERE o.status = 'pending' AND NOT EXISTS (
+      SELECT 1 FROM outbox_lane l
+      WHERE l.aggregate_type = o.aggregate_type AND l.aggregate_id = o.aggregate_id AND l.blocked_reason = 'exhausted'
+    )`.execute(db)
+  return Number(rows[0]?.count ?? 0)
+}
+
+/**
+ * One chaos run of one mode on fresh databases: producer workers, three relays and the subscriber as separate OS
+ * processes, a fault proxy in between, the seed's fault plan for `durationMs`, then a drain without faults and
+ * the invariant check from the two databases. Kills every process it started before it returns or throws.
+ */
+export async function runChaos(servers: ChaosServers, options: ChaosRunOptions): Promise<ChaosRunResult> {
+  const { mode, seed, durationMs, log } = options
+  const settings = MODES[mode]
+  const root = new SeededRandom(seed)
+  const planRandom = root.fork(`plan-${mode}`)
+  const timeline = join(options.logDir, `${mode}-timeline.log`)
+  const startedAt = performance.now()
+  const note = (line: string) => {
+    appendFileSync(timeline, `${((performance.now() - startedAt) / 1000).toFixed(2)}s ${line}\n`)
+  }
+
+  const database = `chaos_${mode.replace('-', '_')}`
+  const producerUrl = await recreateDatabase(servers.producer, database)
+  const subscriberUrl = await recreateDatabase(servers.subscriber, database)
+  const producerDb = openDatabase(producerUrl, 3)
+  const subscriberDb = openDatabase(subscriberUrl, 2)
+  const children: ChildHandle[] = []
+  const background = new Set<Promise<unknown>>()
+  let proxy: FaultProxy | undefined
+  const faults: FaultFigures = {
+    relayKills: { timer: 0, midRequest: 0, afterApply: 0 },
+    subscriberKills: 0,
+    workerKills: 0,
+    restarts: { relay: 0, subscriber: 0, worker: 0 },
+    postgresRestarts: { producer: 0, subscriber: 0 },
+    skipped: 0,
+  }
+  try {
+    await prepareProducerDatabase(producerDb)
+    await prepareSubscriberDatabase(subscriberDb)
+    const subscriberPort = await freePort()
+    const secret = `whsec_${Buffer.from(Array.from({ length: 32 }, () => root.int(0, 255))).toString('base64')}`
+    proxy = await startFaultProxy({
+      target: `http://127.0.0.1:${subscriberPort}/hooks`,
+      random: root.fork(`proxy-${mode}`),
+      relayTimeoutMs: REQUEST_TIMEOUT_MS,
+    })
+    const faultProxy = proxy
+
+    const spawn = (name: string, script: string, config: unknown): ChildHandle => {
+      const handle = spawnScript({
+        name,
+        script,
+        config,
+        logFile: join(options.logDir, `${mode}-${name}.log`),
+      })
+      children.push(handle)
+      options.onSpawn?.(handle.pid)
+      return handle
+    }
+    const startRelay = (index: number) =>
+      spawn(`relay-${index}`, 'relay-process.ts', {
+        name: `relay-${index}`,
+        url: producerUrl,
+        endpoint: faultProxy.endpoint(index),
+        signingSecret: secret,
+        leaseMs: LEASE_MS,
+        requestTimeoutMs: REQUEST_TIMEOUT_MS,
+        concurrency: 4,
+        batchSize: 20,
+        pollIntervalMs: 100,
+        onExhausted: settings.onExhausted,
+        retrySchedule: settings.retrySchedule,
+        repeatLastDelay: settings.repeatLastDelay,
+      } satisfies RelayProcessConfig)
+    const startSubscriber = () =>
+      spawn('subscriber', 'subscriber-process.ts', {
+        url: subscriberUrl,
+        port: subscriberPort,
+        secret,
+        sequence: settings.sequence,
+      } satisfies SubscriberProcessConfig)
+    const startWorker = (index: number, incarnation: number) =>
+      spawn(`worker-${index}`, 'worker-process.ts', {
+        url: producerUrl,
+        worker: index,
+        workers: WORKERS,
+        incarnation,
+        seed,
+        orders: 40,
+        loops: 2,
+        rollbackShare: 0.2,
+        poisonShare: settings.poisonShare,
+        pauseMs: [60, 240],
+      } satisfies WorkerProcessConfig)
+
+    const slot = (spawnNext: (incarnation: number) => ChildHandle): Slot => ({
+      handle: spawnNext(0),
+      up: false,
+      incarnation: 0,
+      spawnNext,
+      standby: undefined,
+    })
+    const subscriber = slot(() => startSubscriber())
+    const relays = Array.from({ length: RELAYS }, (_, index) => slot(() => startRelay(index)))
+    const workers = Array.from({ length: WORKERS }, (_, index) =>
+      slot((incarnation) => startWorker(index, incarnation)),
+    )
+    const everyone = [subscriber, ...relays, ...workers]
+    await Promise.all(everyone.map((one) => one.handle.start()))
+    for (const one of everyone) one.up = true
+    // Relays and the subscriber are killed often: keep a loaded successor waiting for each. Workers rarely die.
+    for (const one of [subscriber, ...relays]) one.standby = one.spawnNext(1)
+    log(
+      `[${mode}] ${everyone.length} processes ready after ${((performance.now() - startedAt) / 1000).toFixed(1)} s`,
+    )
+
+    // ---- Fault phase.
+    const plan = planFaults(planRandom, {
+      durationMs,
+      relays: RELAYS,
+      workers: WORKERS,
+      maxOutageMs: settings.maxOutageMs,
+    })
+    note(`plan: ${JSON.stringify(plan)}`)
+    // The successor is the standby (spawned earlier, loaded by now on most machines) or a fresh spawn that loads
+    // during the downtime; it starts when the downtime is over, and a new standby starts loading behind it.
+    const restart = async (target: Slot, downMs: number) => {
+      const next = target.standby ?? target.spawnNext(target.incarnation + 1)
+      target.standby = undefined
+      await sleep(downMs)
+      target.handle = next
+      target.incarnation += 1
+      await next.start()
+      target.up = true
+      if (!workers.includes(target)) target.standby = target.spawnNext(target.incarnation + 1)
+    }
+    const execute = async (action: FaultAction): Promise<void> => {
+      note(JSON.stringify(action))
+      switch (action.kind) {
+        case 'kill-relay': {
+          // The planned relay, or the next one that is up if it is still restarting from an earlier kill.
+          const index = Array.from({ length: RELAYS }, (_, offset) => offset)
+            .map((offset) => (action.relay + offset) % RELAYS)
+            .find((candidate) => relays[candidate]!.up)
+          if (index === undefined) {
+            faults.skipped += 1
+            return
+          }
+          const target = relays[index]!
+          target.up = false
+          const victim = target.handle
+          let style = action.style
+          if (style !== 'timer') {
+            // Lands while the relay has a request out (mid-batch), or right after the subscriber applied it.
+            const armed = faultProxy.armKill(index, style, () => victim.kill())
+            const ran = await Promise.race([armed, sleep(1500).then(() => false)])
+            if (!ran) {
+              faultProxy.disarm(index)
+              style = 'timer'
+            }
+          }
+          await victim.kill()
+          if (style === 'timer') faults.relayKills.timer += 1
+          else if (style === 'mid-request') faults.relayKills.midRequest += 1
+          else faults.relayKills.afterApply += 1
+          note(`killed relay-${index} pid ${victim.pid} (${style})`)
+          await restart(target, action.downMs)
+          faults.restarts.relay += 1
+          return
+        }
+        case 'kill-subscriber': {
+          if (!subscriber.up || (settings.strictOutages && !subscriber.standby?.loaded)) {
+            faults.skipped += 1
+            return
+          }
+          subscriber.up = false
+          await subscriber.handle.kill()
+          faults.subscriberKills += 1
+          await restart(subscriber, action.downMs)
+          faults.restarts.subscriber += 1
+          return
+        }
+        case 'kill-worker': {
+          const target = workers[action.worker]!
+          if (!target.up) {
+            faults.skipped += 1
+            return
+          }
+          target.up = false
+          await target.handle.kill()
+          faults.workerKills += 1
+          await restart(target, action.downMs)
+          faults.restarts.worker += 1
+          return
+        }
+        case 'restart-postgres': {
+          if (settings.strictOutages && action.server === 'subscriber') {
+            faults.skipped += 1
+            return
+          }
+          await servers[action.server].restart({ downMs: action.downMs })
+          faults.postgresRestarts[action.server] += 1
+          note(`postgres ${action.server} back`)
+          return
+        }
+      }
+    }
+
+    faultProxy.setFaults(settings.faults)
+    const faultStart = performance.now()
+    let nextProgress = 5000
+    for (const action of plan) {
+      while (performance.now() - faultStart < action.atMs) {
+        const elapsed = performance.now() - faultStart
+        if (elapsed >= nextProgress) {
+          nextProgress += 5000
+          void progress(`${(elapsed / 1000).toFixed(0)} s`)
+        }
+        await sleep(Math.min(250, action.atMs - elapsed))
+      }
+      const task = execute(action).catch((error) => {
+        note(`fault action failed: ${String(error)}`)
+        throw error
+      })
+      background.add(task)
+    }
+    await sleep(durationMs - (performance.now() - faultStart))
+
+    async function progress(label: string): Promise<void> {
+      try {
+        const { rows } = await sql<{ count: string }>`SELECT count(*) AS count FROM outbox`.execute(
+          producerDb,
+        )
+        const now = await stats(producerDb)
+        log(
+          `[${mode}] ${label}: ${rows[0]?.count} events committed, ${now.pending} pending, ${now.dead} dead, ${faultProxy.figures.requests} requests`,
+        )
+      } catch {
+        log(`[${mode}] ${label}: producer database unreachable`)
+      }
+    }
+
+    // ---- Drain: faults off, everyone back up, workers stopped; the relays deliver what is left.
+    faultProxy.setFaults(null)
+    log(`[${mode}] faults off; waiting for restarts, stopping workers, draining`)
+    const settled = await Promise.allSettled(background)
+    const failedAction = settled.find((outcome) => outcome.status === 'rejected')
+    if (failedAction) throw new Error(`a fault action failed: ${String(failedAction.reason)}`)
+    await Promise.all(everyone.map((one) => one.standby?.kill()))
+    await Promise.all(workers.map((one) => one.handle.terminate(10_000)))
+    const drainStart = performance.now()
+    const drainTimeoutMs = options.drainTimeoutMs ?? 90_000
+    let left = Number.POSITIVE_INFINITY
+    let lastReport = drainStart
+    while (performance.now() - drainStart < drainTimeoutMs) {
+      try {
+        left = await undelivered(producerDb, mode)
+      } catch {
+        left = Number.POSITIVE_INFINITY
+      }
+      if (left === 0) break
+      if (performance.now() - lastReport > 2000) {
+        lastReport = performance.now()
+        const now = await stats(producerDb).catch(() => undefined)
+        log(
+          `[${mode}] draining: ${left} events left, ${now?.inFlight} lanes in flight, ${now?.struggling} struggling, ${faultProxy.figures.requests} requests so far`,
+        )
+      }
+      await sleep(250)
+    }
+    const drainMs = performance.now() - drainStart
+    log(`[${mode}] drain ${left === 0 ? 'done' : 'TIMED OUT'} after ${(drainMs / 1000).toFixed(1)} s`)
+    // Held requests may still land after the outbox is empty: let them, so their duplicates are in the log too.
+    for (let waited = 0; faultProxy.inFlight > 0 && waited < 10_000; waited += 100) await sleep(100)
+    await Promise.all(relays.map((one) => one.handle.terminate(5000)))
+    for (let waited = 0; faultProxy.inFlight > 0 && waited < 10_000; waited += 100) await sleep(100)
+    await subscriber.handle.terminate(5000)
+
+    const report = await checkInvariants(producerDb, subscriberDb, mode)
+    const violations = [...report.violations]
+    if (left !== 0) {
+      violations.unshift({
+        invariant: 'drain: everything delivered once the faults stop',
+        detail: `${Number.isFinite(left) ? left : 'unknown (database unreachable)'} events still undelivered after ${drainTimeoutMs} ms`,
+        examples: [],
+      })
+    }
+    return {
+      mode,
+      seed,
+      durationMs,
+      drainMs,
+      totalMs: performance.now() - startedAt,
+      violations,
+      database: report.figures,
+      workers: sum(children.filter((child) => child.name.startsWith('worker')).map((child) => child.stats)),
+      relays: sum(children.filter((child) => child.name.startsWith('relay')).map((child) => child.stats)),
+      subscriber: {
+        ...sum(children.filter((child) => child.name === 'subscriber').map((child) => child.stats)),
+        maxConcurrent: Math.max(
+          0,
+          ...children
+            .filter((child) => child.name === 'subscriber')
+            .map((child) => child.stats.maxConcurrent ?? 0),
+        ),
+      },
+      proxy: faultProxy.figures,
+      faults,
+    }
+  } finally {
+    await Promise.allSettled(children.map((child) => child.kill()))
+    // Late restarts of a failed run may still spawn: wait for them, then kill what they started.
+    await Promise.race([Promise.allSettled(background), sleep(35_000)])
+    await Promise.allSettled(children.map((child) => child.kill()))
+    await proxy?.close()
+    await producerDb.destroy().catch(() => {})
+    await subscriberDb.destroy().catch(() => {})
+  }
+}
+
+/** A seed for runs that were not given one (printed, so the run can be replayed). */
+export function randomSeed(): number {
+  return randomBytes(4).readUInt32BE(0) % 1_000_000
+}
