@@ -57,7 +57,12 @@ export interface RelayEventMap {
   /** Something went wrong outside one delivery (database unreachable, …); the relay keeps going and retries. */
   'relay:error': { readonly error: unknown; readonly during: 'claim' | 'flush' | 'outcome' | 'listen' }
   'relay:started': Record<string, never>
-  'relay:stopped': { readonly released: number; readonly aborted: number }
+  /**
+   * The relay stopped: `lanes` were in flight when the stop began and were handed back; `aborted` requests outlived
+   * the stop's timeout; `unflushed` marks or releases could not be written (database unreachable) — those events
+   * are sent again after their lease expires.
+   */
+  'relay:stopped': { readonly lanes: number; readonly aborted: number; readonly unflushed: number }
 }
 
 /** A listener of one relay event. */

@@ -102,7 +102,7 @@ function integer(
   return resolved
 }
 
-/** Checks an endpoint URL: absolute http(s), no credentials in it (they would end up in logs). */
+/** Checks an endpoint URL: absolute, http or https. */
 export function checkEndpointUrl(url: unknown, name = 'endpoint'): string {
   if (typeof url !== 'string') invalid(`${name} must be an absolute http(s) URL string, got ${typeof url}`)
   let parsed: URL

@@ -93,8 +93,21 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
         if (await hasExpired(db, schema, status, keepMs)) caughtUp = false
         break
       }
-      if (pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs))
+      if (pauseMs > 0) await pause(pauseMs, options.signal)
     }
   }
   return { removed, caughtUp }
+}
+
+/** Waits `ms`, or less if `signal` aborts, so Ctrl-C does not wait out a long pause. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer)
+      signal?.removeEventListener('abort', done)
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    signal?.addEventListener('abort', done, { once: true })
+  })
 }

@@ -33,6 +33,9 @@ export interface StopOptions {
   readonly timeoutMs?: number
 }
 
+/** How long a stop waits for writes (marks, releases) the database may not accept, beyond its timeout. */
+const STOP_GRACE_MS = 2000
+
 /** Rows scanned from the due index per claimed lane wanted; bounds one claim's work on a backlog. */
 const SCAN_ROWS_PER_LANE = 64
 
@@ -210,25 +213,28 @@ export class Relay {
   async #shutdown(timeoutMs: number): Promise<void> {
     this.#state = 'stopping'
     this.#wake?.()
+    const lanes = this.#active.size
     let aborted = 0
-    const settled = Promise.allSettled([...this.#active])
-    const timer = setTimeout(() => {
+    const abortTimer = setTimeout(() => {
       aborted = this.#active.size
       this.#abort.abort()
     }, timeoutMs)
-    await settled
-    clearTimeout(timer)
-    await this.#loop
+    // Each lane finishes its current request (or is aborted at timeoutMs) and hands itself back through the mark
+    // buffer. With the database unreachable those writes cannot land: wait a grace period, then give up on them
+    // (their leases expire and another relay takes over — a delay, never a loss).
+    const settled = Promise.allSettled([...this.#active])
+    await Promise.race([settled, sleep(timeoutMs + STOP_GRACE_MS)])
+    clearTimeout(abortTimer)
+    await Promise.race([this.#marks.flush(), sleep(STOP_GRACE_MS)])
+    const unflushed = this.#marks.abandon()
+    await Promise.race([Promise.all([settled, this.#loop]), sleep(STOP_GRACE_MS)])
     await this.#listener?.stop()
-    const released = this.#marks.pending
-    await Promise.race([this.#marks.flush(), sleep(Math.max(1000, timeoutMs))])
-    this.#marks.abandon()
     await this.#sender.close()
     this.#state = 'idle'
     this.#closed = true
     this.#stopping = undefined
-    this.#events.emit('relay:stopped', { released, aborted })
-    this.#options.logger.info({ aborted }, 'relay stopped')
+    this.#events.emit('relay:stopped', { lanes, aborted, unflushed })
+    this.#options.logger.info({ lanes, aborted, unflushed }, 'relay stopped')
   }
 
   async #run(): Promise<void> {

@@ -136,7 +136,7 @@ describe.concurrent('outbox relay', () => {
     expect(lines.at(-2)).toMatch(
       /^\S+Z INFO {2}SIGTERM received: stopping \(finishing in-flight requests, releasing claims\) stopTimeoutMs=10000$/,
     )
-    expect(lines.at(-1)).toMatch(/^\S+Z INFO {2}relay stopped released=\d+ aborted=0$/)
+    expect(lines.at(-1)).toMatch(/^\S+Z INFO {2}relay stopped lanes=\d+ aborted=0 unflushed=0$/)
     // Neither the secrets nor the endpoint's query string (which may hold a token) are ever printed.
     for (const text of [a, b, a.slice(6), b.slice(6), 'abc123']) {
       expect(result.stdout).not.toContain(text)

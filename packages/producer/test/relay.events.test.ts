@@ -94,9 +94,11 @@ describe('relay events and logging', () => {
     })
     expect(ids(seen['delivery:dead'])).toEqual(['dead'])
     expect(seen['delivery:dead']![0]).toMatchObject({ attempts: 2, httpStatus: 400, onExhausted: 'skip' })
-    expect(seen['lane:blocked']).toEqual([
-      expect.objectContaining({ aggregateId: 'gap', reason: 'conflict' }),
-    ])
+    // On a slow machine the second pass may find the short 409 park over and park the lane again.
+    expect(seen['lane:blocked']!.length).toBeGreaterThanOrEqual(1)
+    for (const blocked of seen['lane:blocked']!) {
+      expect(blocked).toMatchObject({ aggregateId: 'gap', reason: 'conflict' })
+    }
     expect(seenBlocking['lane:blocked']).toEqual([
       expect.objectContaining({ aggregateId: 'block', reason: 'exhausted', retryInMs: null }),
     ])
@@ -105,7 +107,9 @@ describe('relay events and logging', () => {
     ])
 
     expect(logged.find((entry) => entry.message.includes('listener threw'))).toBeDefined()
-    const retryLog = logged.find((entry) => entry.message === 'delivery failed; will retry')
+    const retryLog = logged.find(
+      (entry) => entry.message === 'delivery failed; will retry' && entry.fields.lane === 'order:retry',
+    )
     expect(retryLog?.fields).toMatchObject({ lane: 'order:retry', attempts: 1, status: 500 })
     expect(retryLog?.fields.eventId).toEqual(expect.any(String))
     expect(

@@ -158,7 +158,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         log('warn', `second ${signal}: exiting without releasing claims (they expire with their lease)`)
         process.exit(signalExitCode(signal))
       })
-      let stopped: { released: number; aborted: number } | undefined
+      let stopped: { lanes: number; aborted: number; unflushed: number } | undefined
       relay.on('relay:stopped', (result) => {
         stopped = result
       })
