@@ -1,0 +1,121 @@
+/**
+ * The relay: delivers the orders service's outbox to the subscriber as signed webhooks — one order's events
+ * in sequence order, different orders in parallel, failures retried on a schedule. It runs apart from the
+ * orders service (a deploy of one never stalls the other) and as many copies as you like: each order's lane
+ * is held by one relay at a time.
+ *
+ * Run it alone:
+ *   DATABASE_URL=postgres://…/orders SUBSCRIBER_URL=http://127.0.0.1:3001/hooks WEBHOOK_SECRET=whsec_… \
+ *     METRICS_PORT=9464 pnpm --filter @outbox/example-orders relay
+ */
+import { type Logger, type MetricsOptions, migrate, Relay } from '@outbox/producer'
+import type { Kysely } from 'kysely'
+import { Registry } from 'prom-client'
+import { connect } from './database.js'
+import { portFromEnv, requireEnv } from './env.js'
+import { serve } from './serve.js'
+import { isMain, stopOnSignal } from './shutdown.js'
+
+/** What {@link createRelay} needs. */
+export interface RelaySettings {
+  /** The orders service's database (the relay reads and updates its outbox tables). */
+  readonly db: Kysely<any>
+  /**
+   * The same database as a connection string, for the LISTEN connection (straight to PostgreSQL, no pooler).
+   */
+  readonly databaseUrl: string
+  /** The subscriber's webhook URL. */
+  readonly endpoint: string
+  /** Standard Webhooks secret(s), `whsec_…`: the subscriber must hold the same. */
+  readonly signingSecret?: string | readonly string[]
+  /** Delays between attempts in ms. @defaultValue the library's: 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h */
+  readonly retrySchedule?: readonly number[]
+  /** How often an idle relay looks for due work; NOTIFY wakes it sooner. @defaultValue 200 */
+  readonly pollIntervalMs?: number
+  /** Prometheus metrics on your prom-client registry. @defaultValue off */
+  readonly metrics?: MetricsOptions
+  /** @defaultValue warnings and errors to the console */
+  readonly logger?: Logger
+}
+
+/** Creates the relay, not yet started: `await relay.start()`, and `await relay.stop()` on the way out. */
+export function createRelay({
+  db,
+  databaseUrl,
+  endpoint,
+  signingSecret,
+  retrySchedule,
+  pollIntervalMs,
+  metrics,
+  logger,
+}: RelaySettings): Relay {
+  // #region relay
+  const relay = new Relay({
+    db, // the orders service's database: the outbox lives there
+    endpoint, // the subscriber's webhook URL
+    signingSecret, // whsec_…: the subscriber verifies every request with the same secret
+    // Wake up on the NOTIFY each enqueue sends instead of waiting for the next poll. LISTEN needs a session
+    // of its own: connect it to PostgreSQL itself, not through a transaction-mode pooler. Polling stays the
+    // safety net.
+    listen: { connectionString: databaseUrl },
+    retrySchedule, // undefined: 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h, then dead letter
+    pollIntervalMs,
+    metrics, // { register }: Prometheus metrics on your prom-client registry
+    logger, // pino or anything with its four methods; undefined: warnings and errors to the console
+  })
+  // #endregion relay
+  return relay
+}
+
+async function main(): Promise<void> {
+  const databaseUrl = requireEnv('DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/orders')
+  const db = connect(databaseUrl)
+  const register = new Registry()
+  const endpoint = process.env.SUBSCRIBER_URL || 'http://127.0.0.1:3001/hooks'
+  let relay: Relay
+  try {
+    // Idempotent and safe next to the orders service's own call: whichever starts first creates the tables.
+    await migrate(db)
+    relay = createRelay({
+      db,
+      databaseUrl,
+      endpoint,
+      signingSecret: process.env.WEBHOOK_SECRET || undefined,
+      metrics: { register },
+    })
+    await relay.start()
+  } catch (error) {
+    await db.destroy()
+    throw error
+  }
+  console.log(`relay: delivering to ${endpoint}`)
+
+  // Prometheus scrapes GET /metrics: deliveries by outcome, latency, and the outbox's stats as gauges.
+  const metricsPort = portFromEnv('METRICS_PORT', -1)
+  const metrics =
+    metricsPort < 0
+      ? undefined
+      : await serve(async (req, res) => {
+          if (req.url !== '/metrics') {
+            res.writeHead(404).end()
+            return
+          }
+          res.writeHead(200, { 'content-type': register.contentType }).end(await register.metrics())
+        }, metricsPort)
+  if (metrics) console.log(`relay: metrics on ${metrics.url}/metrics`)
+
+  stopOnSignal('relay', async () => {
+    // Stops claiming, lets in-flight webhooks finish, writes what was delivered and hands every lane back, so
+    // another relay takes over at once instead of waiting for a lease to expire.
+    await relay.stop({ timeoutMs: 10_000 })
+    await metrics?.close()
+    await db.destroy()
+  })
+}
+
+if (isMain(import.meta.url)) {
+  main().catch((error: unknown) => {
+    console.error(`relay: ${error instanceof Error ? error.message : String(error)}`)
+    process.exitCode = 1
+  })
+}
