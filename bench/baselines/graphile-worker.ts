@@ -30,6 +30,7 @@ export function queueOf(aggregateId: string): string {
 /** Installs graphile-worker's schema and adds the backlog as jobs (public `addJobs`, in job-id = sequence order). */
 export async function seedGraphileBacklog(url: string, backlog: Backlog): Promise<void> {
   const pgPool = new pg.Pool({ connectionString: url, max: 2 })
+  pgPool.on('error', () => {})
   try {
     await runMigrations({ pgPool, logger: quietLogger })
     const utils = await makeWorkerUtils({ pgPool, logger: quietLogger })

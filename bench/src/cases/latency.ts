@@ -79,6 +79,7 @@ export async function latency(ctx: BenchContext): Promise<CaseResult> {
       await db.destroy()
       await createOrders(ctx.databases.url(oursTemplate))
       const pool = new pg.Pool({ connectionString: ctx.databases.url(theirTemplate), max: 2 })
+      pool.on('error', () => {})
       await runMigrations({ pgPool: pool, logger: quietLogger })
       await pool.end()
       await createOrders(ctx.databases.url(theirTemplate))
@@ -215,6 +216,7 @@ async function runGraphile(
   })
   const poster = createJsonPoster(16)
   const producerPool = new pg.Pool({ connectionString: url, max: 8 })
+  producerPool.on('error', () => {})
   const sequences = new Map<string, number>()
   const worker = await startGraphileDelivery({
     url,

@@ -165,9 +165,10 @@ export async function relayThroughput(ctx: BenchContext, hot: boolean): Promise<
   const events = ctx.quick ? (hot ? 400 : 600) : 20_000
   const backlog: Backlog = { events, aggregates: hot ? 1 : ctx.quick ? 60 : 1000 }
   const fullCap = ctx.quick ? 10_000 : 180_000
-  // On one aggregate graphile-worker runs one job at a time and pg-transactional-outbox one message per poll:
-  // they get a fixed time window instead of the whole backlog.
-  const slowCap = hot ? (ctx.quick ? 2000 : 20_000) : fullCap
+  // (b) and (c) get a fixed time window when they cannot drain the backlog in it: on one aggregate graphile-worker
+  // runs one job per poll and pg-transactional-outbox one message per poll; on 1,000 they need minutes here. Their
+  // rate over the window is steady, so the ratio stands; the window only bounds the run time.
+  const slowCap = hot ? (ctx.quick ? 2000 : 20_000) : ctx.quick ? 10_000 : 60_000
   const systems: System[] = [
     ourRelayInProcess('outbox relay ×1 (in-process)', fullCap),
     ...(hot || ctx.quick ? [] : [ourRelayProcesses('outbox relay ×1 (own process)', 1, fullCap)]),
@@ -236,9 +237,7 @@ export async function relayThroughput(ctx: BenchContext, hot: boolean): Promise<
       : `Relay throughput: ${events} events over ${backlog.aggregates} aggregates, 0 ms sink`,
     measurements,
     comparisons,
-    notes: hot
-      ? [`(b) and (c) are timed over a ${slowCap / 1000} s window on one aggregate (too slow to drain it)`]
-      : [],
+    notes: [`(b) and (c) are timed over at most ${slowCap / 1000} s (what arrived by then ÷ the time)`],
     seconds: 0,
   }
 }
