@@ -20,8 +20,11 @@ export interface ConnectOptions {
  */
 export function connect<DB>(connectionString: string, options: ConnectOptions = {}): Kysely<DB> {
   const onError = options.onError ?? ((error) => console.warn(`database connection lost: ${error.message}`))
+  // #region pool
   const pool = new pg.Pool({ connectionString, max: options.max ?? 10 })
-  pool.on('error', onError)
-  pool.on('connect', (client) => client.on('error', onError))
-  return new Kysely<DB>({ dialect: new PostgresDialect({ pool }) })
+  pool.on('error', onError) // an idle connection was cut
+  pool.on('connect', (client) => client.on('error', onError)) // a checked-out one was
+  const db = new Kysely<DB>({ dialect: new PostgresDialect({ pool }) })
+  // #endregion pool
+  return db
 }

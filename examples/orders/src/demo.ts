@@ -109,7 +109,8 @@ function describeFields(fields: Record<string, unknown> | undefined): string {
   const parts = Object.entries(fields)
     .filter(([, value]) => value !== undefined)
     .map(([key, value]) => {
-      // Errors arrive as Error objects or as the consumer's { name, message, stack } records: the message will do.
+      // Errors arrive as Error objects or as the consumer's { name, message, stack } records: the message
+      // will do.
       const message = (value as { message?: unknown } | null)?.message
       const text =
         typeof message === 'string'
@@ -201,8 +202,8 @@ async function runDemo(
   const relays: Relay[] = []
   const relayDbs: Kysely<OrdersDatabase>[] = []
   cleanup.add('relay database pools', () => Promise.all(relayDbs.map((db) => db.destroy())))
-  // One step for all relays, stopped side by side: each lets its in-flight webhooks finish, writes its marks and
-  // hands its lanes back.
+  // One step for all relays, stopped side by side: each lets its in-flight webhooks finish, writes its marks
+  // and hands its lanes back.
   cleanup.add('relays', () => Promise.all(relays.map((relay) => relay.stop({ timeoutMs: 2_000 }))))
   for (let index = 1; index <= flags.relays; index++) {
     // Each relay on its own pool, as separate processes would be.
@@ -340,8 +341,8 @@ async function main(): Promise<void> {
 
   const progress = new ProgressLine(process.stdout)
   // Warnings wait a moment before they are printed. Once interrupted, the database may be gone under running
-  // requests, and a Ctrl-C reaches the embedded server as well, which may drop connections a little before the
-  // demo hears of the signal: those failures are expected, not worth a word.
+  // requests, and a Ctrl-C reaches the embedded server as well, which may drop connections a little before
+  // the demo hears of the signal: those failures are expected, not worth a word.
   const pendingNotes: string[] = []
   let notes = 0
   const printNotes = () => {

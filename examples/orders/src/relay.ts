@@ -54,9 +54,8 @@ export function createRelay({
     db, // the orders service's database: the outbox lives there
     endpoint, // the subscriber's webhook URL
     signingSecret, // whsec_…: the subscriber verifies every request with the same secret
-    // Wake up on the NOTIFY each enqueue sends instead of waiting for the next poll. LISTEN needs a session
-    // of its own: connect it to PostgreSQL itself, not through a transaction-mode pooler. Polling stays the
-    // safety net.
+    // Wake up at the NOTIFY each enqueue sends instead of at the next poll (polling stays, as the safety
+    // net). LISTEN needs a session of its own: PostgreSQL itself, not a transaction-mode pooler.
     listen: { connectionString: databaseUrl },
     retrySchedule, // undefined: 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h, then dead letter
     pollIntervalMs,

@@ -99,14 +99,12 @@ export function createSubscriberApp({ db, secret, logger }: SubscriberAppOptions
   // #region consumer
   const { dedupe } = createConsumer({ db, secret, logger })
 
-  // No body parser in front of dedupe: it reads the raw bytes itself, because the signature covers them
-  // exactly.
+  // No body parser in front of dedupe: it reads the raw bytes itself, as the signature covers them.
   app.post(
     '/hooks',
     dedupe<OrderCreated | OrderUpdated>(async (event, trx) => {
-      // This runs inside the transaction that records event.eventId. A redelivery never gets here (it is
-      // answered duplicate_ignored), and if anything throws, neither the change nor the id is kept: the relay
-      // retries.
+      // Runs in the transaction that records event.eventId: a redelivery never gets here (it is answered
+      // duplicate_ignored), and if anything throws, neither the change nor the id is kept; the relay retries.
       if (event.type === 'order.created') {
         const { customer, totalCents, status } = event.data as OrderCreated
         await trx

@@ -23,8 +23,9 @@ function withTimeout<T>(work: Promise<T>, ms: number, what: string): Promise<T> 
 
 /**
  * Whether the server still runs. A Ctrl-C in a terminal reaches every process of the foreground group, the
- * embedded server included, which then shuts itself down; stopping it again would wait for an exit that already
- * happened. Waits until a server that is shutting down has gone (its files are removed when the process exits).
+ * embedded server included, which then shuts itself down; stopping it again would wait for an exit that
+ * already happened. Waits until a server that is shutting down has gone (its files are removed when the
+ * process exits).
  */
 async function stillRunning(url: string): Promise<boolean> {
   const deadline = performance.now() + 5_000
