@@ -1,0 +1,61 @@
+/** The code of packages/producer/README.md, region by region: type-checked in CI, never run. */
+// #region schema
+import { migrate } from '@outbox/producer'
+import { Kysely, PostgresDialect } from 'kysely'
+import pg from 'pg'
+
+const db = new Kysely<any>({
+  dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) }),
+})
+await migrate(db) // or migrate(db, { schema: 'outbox' })
+
+// #endregion schema
+
+// #region enqueue
+import { enqueue, enqueueMany } from '@outbox/producer'
+
+const { eventId, sequence } = await db.transaction().execute(async (trx) => {
+  await trx.insertInto('orders').values({ id: '42', status: 'placed' }).execute()
+  return await enqueue(trx, {
+    aggregateType: 'order',
+    aggregateId: '42',
+    eventType: 'order.placed',
+    payload: { orderId: '42', totalCents: 4200 },
+  })
+})
+
+await db.transaction().execute(async (trx) => {
+  // Several events, several aggregates: ids and sequences come back in input order.
+  await enqueueMany(trx, [
+    { aggregateType: 'order', aggregateId: '42', eventType: 'order.paid', payload: {} },
+    { aggregateType: 'customer', aggregateId: '7', eventType: 'customer.charged', payload: { cents: 4200 } },
+  ])
+})
+
+// #endregion enqueue
+console.log(eventId, sequence)
+
+// #region prune
+import { prune } from '@outbox/producer'
+
+const { removed, caughtUp } = await prune(db, { retention: '30d', deadLetterRetention: '90d' })
+if (!caughtUp) console.warn(`removed ${removed}, then stopped at maxBatches: run prune again`)
+
+// #endregion prune
+
+// #region stats
+import { stats } from '@outbox/producer'
+
+const { lagSeconds, pending, inFlight, struggling, dead, blocked } = await stats(db)
+// #endregion stats
+console.log({ lagSeconds, pending, inFlight, struggling, dead, blocked })
+
+// #region dead-letters
+import { listDeadLetters, redrive } from '@outbox/producer'
+
+const page = await listDeadLetters(db, { limit: 50 }) // oldest first, with lastStatus and lastError
+const next = await listDeadLetters(db, { limit: 50, after: page.at(-1)?.cursor })
+const { redriven, notDead } = await redrive(db, { eventIds: page.map((letter) => letter.eventId) })
+await redrive(db, { all: true })
+// #endregion dead-letters
+console.log(next.length, redriven, notDead)
