@@ -8,7 +8,7 @@
  * must be the region between `// #region create-order` and `// #endregion create-order` of that file,
  * dedented and formatted by Biome as Biome formats code in Markdown. The example files are in
  * `tsconfig.test.json`, so a snippet that stops compiling fails the type-check, and one that drifts from its
- * source fails this check.
+ * source fails this check. A TypeScript block without a marker fails it too: all shown code is checked code.
  *
  *   pnpm --filter @outbox/example-orders readme-snippets           check every README; exit 1 on a difference
  *   pnpm --filter @outbox/example-orders readme-snippets --write   rewrite the blocks from their sources
@@ -169,6 +169,29 @@ export function checkMarkdown(
   return problems
 }
 
+/**
+ * Lines (1-based) of TypeScript code blocks that have no snippet marker: code nothing compiles. Every `ts` block of
+ * the READMEs must come from an example file, so that none can silently stop compiling.
+ */
+export function uncheckedBlocks(markdown: string): number[] {
+  const lines = markdown.split('\n')
+  const unchecked: number[] = []
+  let inside: string | undefined
+  lines.forEach((line, index) => {
+    const fence = /^(`{3,})(\w*)\s*$/.exec(line.trimEnd())
+    if (inside !== undefined) {
+      if (line.trimEnd() === inside) inside = undefined
+      return
+    }
+    if (!fence) return
+    inside = fence[1]
+    const language = fence[2] ?? ''
+    const marked = MARKER.test((lines[index - 1] ?? '').trim())
+    if (['ts', 'typescript', 'js', 'javascript'].includes(language) && !marked) unchecked.push(index + 1)
+  })
+  return unchecked
+}
+
 /** The snippet markers of one Markdown text, as `path#region`. */
 export function listSnippets(markdown: string): string[] {
   return findBlocks(markdown.split('\n')).blocks.map((block) => block.snippet)
@@ -207,9 +230,13 @@ function main(): void {
       failed += 1
       console.error(`${name}:${problem.line}: ${problem.snippet} ${problem.message}`)
     }
+    for (const line of uncheckedBlocks(markdown)) {
+      failed += 1
+      console.error(`${name}:${line}: a code block without a <!-- snippet: path#region --> marker`)
+    }
   }
   if (failed > 0) {
-    console.error(`\n${failed} snippet(s) out of step; run with --write to copy them from their sources.`)
+    console.error(`\n${failed} snippet(s) out of step; --write copies marked ones from their sources.`)
     process.exitCode = 1
   }
 }

@@ -7,6 +7,7 @@ import {
   listSnippets,
   markdownFiles,
   REPO_ROOT,
+  uncheckedBlocks,
   writeMarkdown,
 } from '../scripts/readme-snippets.js'
 
@@ -18,6 +19,16 @@ describe('README snippets', () => {
       ),
     )
     expect(problems).toEqual([])
+  })
+
+  it('every TypeScript block in the READMEs comes from an example file', () => {
+    const unchecked = markdownFiles().flatMap((file) =>
+      uncheckedBlocks(readFileSync(file, 'utf8')).map((line) => `${relative(REPO_ROOT, file)}:${line}`),
+    )
+    expect(unchecked).toEqual([])
+    expect(uncheckedBlocks(['```ts', 'const a = 1', '```', '```sh', 'pnpm demo', '```'].join('\n'))).toEqual([
+      1,
+    ])
   })
 
   it('the root README shows the producer, relay and consumer code from the example', () => {
