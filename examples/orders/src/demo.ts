@@ -31,8 +31,12 @@ import { createSubscriberApp, migrateSubscriber, type SubscriberDatabase } from 
 
 /** Milliseconds instead of the production schedule's seconds to hours: 11 attempts within about 3 s. */
 const RETRY_SCHEDULE_MS = [5, 10, 20, 40, 80, 160, 320, 640, 1_000, 1_000]
+/** Orders each relay delivers at once: with a thousand orders in flight, more lanes mean less waiting. */
+const RELAY_CONCURRENCY = 64
+/** Connections of the subscriber's pool: each webhook holds one for its transaction. */
+const SUBSCRIBER_POOL = 32
 /** How often an idle relay looks for due retries (NOTIFY wakes it for new events). */
-const POLL_INTERVAL_MS = 20
+const POLL_INTERVAL_MS = 50
 /** Orders the simulated clients have in progress at once. */
 const ORDERS_IN_FLIGHT = 50
 /** Longest wait for any one cleanup step; the next step runs regardless. */
@@ -154,7 +158,10 @@ async function runDemo(
   }
   const ordersDb = connect<OrdersDatabase>(databases.ordersUrl, { max: 20, onError: onPoolError })
   cleanup.add('orders database pool', () => ordersDb.destroy())
-  const subscriberDb = connect<SubscriberDatabase>(databases.subscriberUrl, { max: 20, onError: onPoolError })
+  const subscriberDb = connect<SubscriberDatabase>(databases.subscriberUrl, {
+    max: SUBSCRIBER_POOL,
+    onError: onPoolError,
+  })
   cleanup.add('subscriber database pool', () => subscriberDb.destroy())
   await migrateOrders(ordersDb)
   await migrateSubscriber(subscriberDb)
@@ -215,6 +222,7 @@ async function runDemo(
       endpoint: `${subscriber.url}/hooks`,
       signingSecret: secret,
       retrySchedule: RETRY_SCHEDULE_MS,
+      concurrency: RELAY_CONCURRENCY,
       // A retry is due milliseconds after a failure; look for due work as often, not every 200 ms.
       pollIntervalMs: POLL_INTERVAL_MS,
       logger: relayLogger,
@@ -294,7 +302,7 @@ async function runDemo(
       timedOut = false
       break
     }
-    await sleep(50, signal)
+    await sleep(100, signal)
   }
   const seconds = (performance.now() - started) / 1000
   phase = 'done'

@@ -30,6 +30,8 @@ export interface RelaySettings {
   readonly signingSecret?: string | readonly string[]
   /** Delays between attempts in ms. @defaultValue the library's: 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h */
   readonly retrySchedule?: readonly number[]
+  /** Orders (lanes) delivered in parallel, one request each at a time. @defaultValue 16 */
+  readonly concurrency?: number
   /** How often an idle relay looks for due work; NOTIFY wakes it sooner. @defaultValue 200 */
   readonly pollIntervalMs?: number
   /** Prometheus metrics on your prom-client registry. @defaultValue off */
@@ -45,6 +47,7 @@ export function createRelay({
   endpoint,
   signingSecret,
   retrySchedule,
+  concurrency,
   pollIntervalMs,
   metrics,
   logger,
@@ -58,6 +61,7 @@ export function createRelay({
     // net). LISTEN needs a session of its own: PostgreSQL itself, not a transaction-mode pooler.
     listen: { connectionString: databaseUrl },
     retrySchedule, // undefined: 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h, then dead letter
+    concurrency, // undefined: 16 orders at a time, each with one request in flight
     pollIntervalMs,
     metrics, // { register }: Prometheus metrics on your prom-client registry
     logger, // pino or anything with its four methods; undefined: warnings and errors to the console
