@@ -7,6 +7,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url'
 
 // One process, not tsx's CLI wrapper: a SIGKILL must hit the script itself, not a parent that leaves it running.
 const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve('tsx')).href
+const preload = new URL('./processes/preload-dependencies.mjs', import.meta.url).href
 
 /** A line a chaos child writes on stdout: `loaded` once its modules are in, `ready` once started, `stats` now and then. */
 export interface ChildMessage {
@@ -63,7 +64,15 @@ export function spawnScript(options: SpawnScriptOptions): ChildHandle {
   try {
     child = spawn(
       process.execPath,
-      ['--conditions=@outbox/source', '--import', tsxLoader, script, JSON.stringify(options.config)],
+      [
+        '--conditions=@outbox/source',
+        '--import',
+        preload,
+        '--import',
+        tsxLoader,
+        script,
+        JSON.stringify(options.config),
+      ],
       { stdio: ['pipe', 'pipe', stderr] },
     )
   } finally {

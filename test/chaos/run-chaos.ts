@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { appendFileSync } from 'node:fs'
 import { join } from 'node:path'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import type { SequencePolicy } from '@outbox/consumer'
 import { type OnExhausted, stats } from '@outbox/producer'
 import { freePort, type RunningPostgres } from '@outbox/test-harness'
@@ -65,8 +66,10 @@ export interface ChaosRunResult {
   readonly workers: Record<string, number>
   /** Summed over every relay process (killed ones up to their last report). */
   readonly relays: Record<string, number>
-  /** Over every subscriber process: requests, abandoned ones (the relay hung up first), most at once. */
+  /** Over every subscriber process: requests, most at once. */
   readonly subscriber: Record<string, number>
+  /** Worst event-loop stall of the orchestrator (which runs the proxy), any relay and the subscriber: a machine too busy to keep time. */
+  readonly lagMaxMs: { orchestrator: number; relays: number; subscriber: number }
   readonly proxy: ProxyFigures
   readonly faults: FaultFigures
 }
@@ -79,6 +82,10 @@ interface ModeSettings {
   /** Extra copies of the schedule's last delay: 100 000 makes attempts effectively unlimited. */
   readonly repeatLastDelay: number
   readonly poisonShare: number
+  /** Transactions each worker runs at once. */
+  readonly workerLoops: number
+  /** Which roles keep a loaded successor waiting (relays need none where kills are few and outages harmless). */
+  readonly standbys: 'relays and subscriber' | 'subscriber'
   readonly maxOutageMs: number
   /**
    * Poison modes run a finite schedule: an outage longer than planned (a successor still loading, the subscriber's
@@ -97,21 +104,25 @@ const MODES: Record<ChaosMode, ModeSettings> = {
   normal: {
     onExhausted: 'skip',
     sequence: 'monotonic',
-    retrySchedule: [10, 25, 50, 100, 200, 250],
+    retrySchedule: [10, 25, 50, 100, 200, 400],
     repeatLastDelay: 100_000,
     poisonShare: 0,
+    workerLoops: 2,
+    standbys: 'relays and subscriber',
     maxOutageMs: 2000,
     strictOutages: false,
     faults: { pass: 70, error500: 6, unavailable503: 4, hold: 5, reset: 5, dropResponse: 10 },
   },
-  // A finite schedule (21 attempts over ≈ 7.5 s) so poison events die; outages stay short and faults rarer, so an
-  // ordinary event never runs out of attempts and only poison is dead-lettered.
+  // A finite schedule so poison events die: 8 attempts spread over ≈ 13 s, so an ordinary event would have to fail
+  // for 13 s straight to join them; outages stay short and faults rarer for the same reason.
   'poison-skip': {
     onExhausted: 'skip',
     sequence: 'monotonic',
-    retrySchedule: [10, 20, 40, 80, 160, 320, ...Array<number>(14).fill(500)],
+    retrySchedule: [100, 200, 400, 800, 1600, 3200, 6400],
     repeatLastDelay: 0,
-    poisonShare: 0.1,
+    poisonShare: 0.25,
+    workerLoops: 1,
+    standbys: 'subscriber',
     maxOutageMs: 600,
     strictOutages: true,
     faults: { pass: 80, error500: 4, unavailable503: 3, hold: 4, reset: 3, dropResponse: 6 },
@@ -119,9 +130,11 @@ const MODES: Record<ChaosMode, ModeSettings> = {
   'poison-block': {
     onExhausted: 'block',
     sequence: 'strict',
-    retrySchedule: [10, 20, 40, 80, 160, 320, ...Array<number>(14).fill(500)],
+    retrySchedule: [100, 200, 400, 800, 1600, 3200, 6400],
     repeatLastDelay: 0,
-    poisonShare: 0.1,
+    poisonShare: 0.25,
+    workerLoops: 1,
+    standbys: 'subscriber',
     maxOutageMs: 600,
     strictOutages: true,
     faults: { pass: 80, error500: 4, unavailable503: 3, hold: 4, reset: 3, dropResponse: 6 },
@@ -141,6 +154,10 @@ function restartPostgres(server: RunningPostgres, downMs: number): Promise<void>
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)))
+}
+
+function worstLag(children: readonly ChildHandle[]): number {
+  return Math.max(0, ...children.map((child) => child.stats.loopLagMaxMs ?? 0))
 }
 
 function sum(records: readonly Record<string, number>[]): Record<string, number> {
@@ -202,6 +219,8 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
   const planRandom = root.fork(`plan-${mode}`)
   const timeline = join(options.logDir, `${mode}-timeline.log`)
   const startedAt = performance.now()
+  const lag = monitorEventLoopDelay({ resolution: 20 })
+  lag.enable()
   const note = (line: string) => {
     appendFileSync(timeline, `${((performance.now() - startedAt) / 1000).toFixed(2)}s ${line}\n`)
   }
@@ -285,7 +304,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
         incarnation,
         seed,
         orders: 40,
-        loops: 2,
+        loops: settings.workerLoops,
         rollbackShare: 0.2,
         poisonShare: settings.poisonShare,
         pauseMs: [60, 240],
@@ -306,7 +325,8 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
     const everyone = [subscriber, ...relays, ...workers]
     // Relays and the subscriber are killed often: keep a loaded successor waiting for each (workers rarely die).
     // They load now, with everyone else, so the load spike is over before the first fault.
-    for (const one of [subscriber, ...relays]) one.standby = one.spawnNext(1)
+    const standing = settings.standbys === 'subscriber' ? [subscriber] : [subscriber, ...relays]
+    for (const one of standing) one.standby = one.spawnNext(1)
     await Promise.all(everyone.map((one) => one.handle.start()))
     for (const one of everyone) one.up = true
     for (
@@ -337,7 +357,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
       target.incarnation += 1
       await next.start()
       target.up = true
-      if (!workers.includes(target)) target.standby = target.spawnNext(target.incarnation + 1)
+      if (standing.includes(target)) target.standby = target.spawnNext(target.incarnation + 1)
     }
     const execute = async (action: FaultAction): Promise<void> => {
       note(JSON.stringify(action))
@@ -511,8 +531,14 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
       },
       proxy: faultProxy.figures,
       faults,
+      lagMaxMs: {
+        orchestrator: Math.round(lag.max / 1e6),
+        relays: worstLag(children.filter((child) => child.name.startsWith('relay'))),
+        subscriber: worstLag(children.filter((child) => child.name === 'subscriber')),
+      },
     }
   } finally {
+    lag.disable()
     await Promise.allSettled(children.map((child) => child.kill()))
     // Late restarts of a failed run may still spawn: wait for them, then kill what they started.
     await Promise.race([Promise.allSettled(background), sleep(35_000)])

@@ -1,5 +1,6 @@
 // A relay in its own OS process, killed with SIGKILL by the orchestrator at random moments. Reports cumulative
 // counters on stdout; they are figures for the report only — the invariants are read from the databases.
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { type OnExhausted, Relay } from '@outbox/producer'
 import { openDatabase, readConfig, send, stderrLogger, waitForStart } from './child-support.js'
 
@@ -81,13 +82,18 @@ relay.on('relay:error', () => {
   stats.errors += 1
 })
 
-const reporter = setInterval(() => send({ stats: { ...stats, ...retryCauses } }), 200)
+// A starved relay fires its request timeouts late and sends late: its event-loop lag tells an overloaded machine
+// from a slow subscriber when a run goes wrong.
+const lag = monitorEventLoopDelay({ resolution: 20 })
+lag.enable()
+const report = () => send({ stats: { ...stats, ...retryCauses, loopLagMaxMs: Math.round(lag.max / 1e6) } })
+const reporter = setInterval(report, 200)
 await relay.start()
 send({ ready: true })
 process.once('SIGTERM', async () => {
   clearInterval(reporter)
   await relay.stop({ timeoutMs: 2000 })
-  send({ stats: { ...stats, ...retryCauses } })
+  report()
   await db.destroy()
   process.exit(0)
 })

@@ -2,6 +2,7 @@
 // Its effect is deliberately NOT idempotent by itself — an append-only log without a unique key and a counter —
 // so anything dedupe lets through twice shows up in the database.
 import { createServer } from 'node:http'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { createConsumer, type SequencePolicy } from '@outbox/consumer'
 import express from 'express'
 import { sql } from 'kysely'
@@ -75,7 +76,9 @@ for (let attempt = 1; ; attempt++) {
     await new Promise((resolve) => setTimeout(resolve, 100))
   }
 }
-setInterval(() => send({ stats }), 200)
+const lag = monitorEventLoopDelay({ resolution: 20 })
+lag.enable()
+setInterval(() => send({ stats: { ...stats, loopLagMaxMs: Math.round(lag.max / 1e6) } }), 200)
 send({ ready: true })
 process.once('SIGTERM', async () => {
   await db.destroy()
