@@ -8,6 +8,7 @@ export interface DemoFlags {
   readonly dropRate: number
   readonly seed: number
   readonly relays: number
+  /** Give up when no event was delivered or dead-lettered for this long. */
   readonly timeoutSeconds: number
 }
 
@@ -32,7 +33,7 @@ Options:
                       the relay sees a network error and sends the event again (default 0.05)
   --seed N            seed of the random choices (default: a random one, printed, so a run can be repeated)
   --relays N          relays delivering side by side, 1 to 8 (default 2)
-  --timeout S         stop waiting for deliveries after S seconds (default 120)
+  --timeout S         give up when no event was delivered (or dead-lettered) for S seconds (default 60)
   -h, --help          show this help
 
 PostgreSQL: with DATABASE_URL set, the demo creates two scratch databases on that server (the role needs
@@ -79,7 +80,7 @@ export function parseDemoFlags(argv: readonly string[]): DemoFlags | 'help' {
     dropRate: number(values['drop-rate'], 'drop-rate', 0.05, 0, 1, false),
     seed: number(values.seed, 'seed', Math.floor(Math.random() * 1_000_000), 0, 4_294_967_295, true),
     relays: number(values.relays, 'relays', 2, 1, 8, true),
-    timeoutSeconds: number(values.timeout, 'timeout', 120, 1, 86_400, false),
+    timeoutSeconds: number(values.timeout, 'timeout', 60, 1, 86_400, false),
   }
 }
 
