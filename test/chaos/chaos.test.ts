@@ -41,7 +41,7 @@ describe('chaos: the guarantee under kill -9, a failing endpoint and PostgreSQL 
         tsx,
         script,
         '--duration',
-        '35',
+        '30',
         '--poison-duration',
         '8',
         '--seed',

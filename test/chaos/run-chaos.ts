@@ -120,7 +120,7 @@ const MODES: Record<ChaosMode, ModeSettings> = {
     sequence: 'monotonic',
     retrySchedule: [100, 200, 400, 800, 1600, 3200, 6400],
     repeatLastDelay: 0,
-    poisonShare: 0.25,
+    poisonShare: 0.5,
     workerLoops: 1,
     standbys: 'subscriber',
     maxOutageMs: 600,
@@ -132,7 +132,7 @@ const MODES: Record<ChaosMode, ModeSettings> = {
     sequence: 'strict',
     retrySchedule: [100, 200, 400, 800, 1600, 3200, 6400],
     repeatLastDelay: 0,
-    poisonShare: 0.25,
+    poisonShare: 0.5,
     workerLoops: 1,
     standbys: 'subscriber',
     maxOutageMs: 600,
@@ -307,6 +307,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
         loops: settings.workerLoops,
         rollbackShare: 0.2,
         poisonShare: settings.poisonShare,
+        poisonForMs: durationMs / 2,
         pauseMs: [60, 240],
       } satisfies WorkerProcessConfig)
 
@@ -432,6 +433,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
     }
 
     faultProxy.setFaults(settings.faults)
+    note('faults on')
     const faultStart = performance.now()
     let nextProgress = 5000
     for (const action of plan) {
@@ -471,8 +473,10 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
     const settled = await Promise.allSettled(background)
     const failedAction = settled.find((outcome) => outcome.status === 'rejected')
     if (failedAction) throw new Error(`a fault action failed: ${String(failedAction.reason)}`)
+    note('faults off, restarts done')
     await Promise.all(everyone.map((one) => one.standby?.kill()))
     await Promise.all(workers.map((one) => one.handle.terminate(10_000)))
+    note('workers stopped; draining')
     const drainStart = performance.now()
     const drainTimeoutMs = options.drainTimeoutMs ?? 90_000
     let left = Number.POSITIVE_INFINITY
@@ -497,10 +501,12 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
     log(`[${mode}] drain ${left === 0 ? 'done' : 'TIMED OUT'} after ${(drainMs / 1000).toFixed(1)} s`)
     // Held requests may still land after the outbox is empty: let them, so their duplicates are in the log too.
     for (let waited = 0; faultProxy.inFlight > 0 && waited < 10_000; waited += 100) await sleep(100)
+    note(`drained (${left} left); waiting for held requests`)
     await Promise.all(relays.map((one) => one.handle.terminate(5000)))
     for (let waited = 0; faultProxy.inFlight > 0 && waited < 10_000; waited += 100) await sleep(100)
     await subscriber.handle.terminate(5000)
 
+    note('relays and subscriber stopped; checking')
     const report = await checkInvariants(producerDb, subscriberDb, mode, faultProxy.seenEventIds)
     const violations = [...report.violations]
     if (left !== 0) {

@@ -21,6 +21,11 @@ export interface WorkerProcessConfig {
   readonly rollbackShare: number
   /** Share of events marked poison (the subscriber's handler always throws on them); 0 outside poison modes. */
   readonly poisonShare: number
+  /**
+   * Poison only this long after the start: each poison event takes the whole finite schedule to die, so poison
+   * written early dies while the faults still run and the drain does not wait a full schedule for the last one.
+   */
+  readonly poisonForMs: number
   readonly pauseMs: readonly [number, number]
 }
 
@@ -83,6 +88,7 @@ async function runLoop(loop: number): Promise<void> {
           const aggregate = `${step.type}:${step.orderId}`
           const poison =
             config.poisonShare > 0 &&
+            performance.now() - startedAt < config.poisonForMs &&
             config.incarnation === 0 &&
             Number(step.orderId) % config.workers === config.worker &&
             !poisoned.has(aggregate) &&
@@ -137,6 +143,7 @@ async function runLoop(loop: number): Promise<void> {
   }
 }
 
+const startedAt = performance.now()
 const reporter = setInterval(() => send({ stats }), 200)
 const loops = Array.from({ length: config.loops }, (_, loop) => runLoop(loop))
 send({ ready: true })
