@@ -26,6 +26,8 @@ export interface ChildHandle {
    * rejects if it exits first or is not ready within `timeoutMs`.
    */
   start(timeoutMs?: number): Promise<void>
+  /** Sends the child one command line (after its start). */
+  command(line: string): void
   /** The latest cumulative counters the child reported (what a SIGKILL cut off is lost: figures, not evidence). */
   readonly stats: Record<string, number>
   /** True once the child has loaded its modules and waits for (or got) its start. */
@@ -128,6 +130,9 @@ export function spawnScript(options: SpawnScriptOptions): ChildHandle {
       } finally {
         clearTimeout(timer)
       }
+    },
+    command(line) {
+      if (!gone()) child.stdin!.write(`${line}\n`)
     },
     stats,
     get loaded() {

@@ -18,7 +18,7 @@ export function formatReport(result: ChaosRunResult): string {
       .map(([kind, count]) => `${kind} ${count}`)
       .join(', ')}; ${proxy.lateForwards} late arrivals`,
     `  subscriber answered   applied ${proxy.answers.applied}, duplicate_ignored ${proxy.answers.duplicate_ignored}, stale_ignored ${proxy.answers.stale_ignored}, 409 ${proxy.answers.conflict}, 5xx ${proxy.answers.error}, unreachable ${proxy.answers.unreachable}`,
-    `  duplicates absorbed   ${proxy.answers.duplicate_ignored} duplicate_ignored answers; deliveries − applied = ${requestsToSubscriber} − ${db.applied} = ${requestsToSubscriber - db.applied}`,
+    `  duplicates absorbed   ${proxy.answers.duplicate_ignored} duplicate_ignored answers; deliveries − applied = ${requestsToSubscriber} − ${db.applied} = ${requestsToSubscriber - db.applied}${db.deadRecordedStale > 0 ? `; ${db.deadRecordedStale} late copies of dead letters recorded stale` : ''}`,
     `  relays reported       ${relays.takeovers ?? 0} lane takeovers, ${relays.errors ?? 0} relay errors (database away), ${relays.retries ?? 0} retries: ${Object.entries(
       relays,
     )

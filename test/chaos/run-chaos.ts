@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { appendFileSync } from 'node:fs'
+import { appendFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import type { SequencePolicy } from '@outbox/consumer'
@@ -99,6 +99,10 @@ const RELAYS = 3
 const WORKERS = 3
 const LEASE_MS = 2000
 const REQUEST_TIMEOUT_MS = 500
+/** How long workers go on writing after the last poison event died (poison modes). */
+const WRITE_AFTER_POISON_MS = 3000
+/** Orders whose lane gets one poison event and nothing behind it until it died (poison modes). */
+const QUIET_POISON_ORDERS = 6
 
 const MODES: Record<ChaosMode, ModeSettings> = {
   normal: {
@@ -208,6 +212,24 @@ async function undelivered(db: Kysely<any>, mode: ChaosMode): Promise<number> {
 }
 
 /**
+ * Copies the tables an investigation starts from into the log directory: the servers (and their data) are gone
+ * when the run ends.
+ */
+async function saveEvidence(producer: Kysely<any>, subscriber: Kysely<any>, logDir: string, mode: ChaosMode) {
+  const tables: [Kysely<any>, string, string][] = [
+    [producer, 'outbox', 'SELECT * FROM outbox ORDER BY aggregate_type, aggregate_id, sequence'],
+    [producer, 'outbox_lane', 'SELECT * FROM outbox_lane ORDER BY aggregate_type, aggregate_id'],
+    [subscriber, 'applied_log', 'SELECT * FROM applied_log ORDER BY id'],
+    [subscriber, 'processed_events', 'SELECT * FROM processed_events ORDER BY received_at'],
+    [subscriber, 'consumer_cursors', 'SELECT * FROM consumer_cursors ORDER BY aggregate_type, aggregate_id'],
+  ]
+  for (const [db, name, query] of tables) {
+    const { rows } = await sql.raw(query).execute(db)
+    writeFileSync(join(logDir, `${mode}-${name}.json`), JSON.stringify(rows, null, 1))
+  }
+}
+
+/**
  * One chaos run of one mode on fresh databases: producer workers, three relays and the subscriber as separate OS
  * processes, a fault proxy in between, the seed's fault plan for `durationMs`, then a drain without faults and
  * the invariant check from the two databases. Kills every process it started before it returns or throws.
@@ -308,6 +330,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
         rollbackShare: 0.2,
         poisonShare: settings.poisonShare,
         poisonForMs: durationMs / 2,
+        quietPoisonOrders: settings.poisonShare > 0 ? QUIET_POISON_ORDERS : 0,
         pauseMs: [60, 240],
       } satisfies WorkerProcessConfig)
 
@@ -475,6 +498,21 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
     if (failedAction) throw new Error(`a fault action failed: ${String(failedAction.reason)}`)
     note('faults off, restarts done')
     await Promise.all(everyone.map((one) => one.standby?.kill()))
+    if (settings.poisonShare > 0) {
+      // Production keeps writing to an aggregate whose lane is blocked or moved on: let the workers write a while
+      // after every poison event died, so events enqueued behind a dead head are part of every run.
+      for (let waited = 0; waited < 60_000; waited += 250) {
+        const { rows } = await sql<{ count: string }>`
+          SELECT count(*) AS count FROM outbox WHERE status = 'pending' AND payload->>'poison' = 'true'`
+          .execute(producerDb)
+          .catch(() => ({ rows: [{ count: '1' }] }))
+        if (rows[0]?.count === '0') break
+        await sleep(250)
+      }
+      note('every poison event dead; writing on, now also to the quiet poisoned orders')
+      for (const one of workers) one.handle.command('release')
+      await sleep(WRITE_AFTER_POISON_MS)
+    }
     await Promise.all(workers.map((one) => one.handle.terminate(10_000)))
     note('workers stopped; draining')
     const drainStart = performance.now()
@@ -509,6 +547,8 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
     note('relays and subscriber stopped; checking')
     const report = await checkInvariants(producerDb, subscriberDb, mode, faultProxy.seenEventIds)
     const violations = [...report.violations]
+    if (violations.length > 0 || left !== 0)
+      await saveEvidence(producerDb, subscriberDb, options.logDir, mode)
     if (left !== 0) {
       violations.unshift({
         invariant: 'drain: everything delivered once the faults stop',

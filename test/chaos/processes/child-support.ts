@@ -1,3 +1,4 @@
+import { createInterface } from 'node:readline'
 import { Kysely, PostgresDialect } from 'kysely'
 import pg from 'pg'
 
@@ -25,6 +26,13 @@ export function send(message: { loaded?: boolean; ready?: boolean; stats?: Recor
   process.stdout.write(`${JSON.stringify(message)}\n`)
 }
 
+const commandListeners: ((command: string) => void)[] = []
+
+/** Calls `listener` with every line the orchestrator sends after `start` (e.g. `release`). */
+export function onCommand(listener: (command: string) => void): void {
+  commandListeners.push(listener)
+}
+
 /**
  * Waits for the orchestrator's go. A process is spawned as soon as its predecessor is killed, loads its modules
  * (seconds of CPU on a busy machine) and waits here; the orchestrator says `start` when the planned downtime is
@@ -38,10 +46,9 @@ export function waitForStart(): Promise<void> {
   process.stdin.on('error', exit)
   send({ loaded: true })
   return new Promise((resolve) => {
-    let buffered = ''
-    process.stdin.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString('utf8')
-      if (buffered.includes('start\n')) resolve()
+    createInterface({ input: process.stdin }).on('line', (line) => {
+      if (line === 'start') resolve()
+      else for (const listener of commandListeners) listener(line)
     })
   })
 }

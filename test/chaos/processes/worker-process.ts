@@ -4,7 +4,7 @@
 import { enqueue } from '@outbox/producer'
 import { sql } from 'kysely'
 import { SeededRandom } from '../seeded-random.js'
-import { openDatabase, readConfig, send, sleep, waitForStart } from './child-support.js'
+import { onCommand, openDatabase, readConfig, send, sleep, waitForStart } from './child-support.js'
 
 /** What the orchestrator passes to a worker process. */
 export interface WorkerProcessConfig {
@@ -26,6 +26,12 @@ export interface WorkerProcessConfig {
    * written early dies while the faults still run and the drain does not wait a full schedule for the last one.
    */
   readonly poisonForMs: number
+  /**
+   * Orders `orders + 1`…`orders + quietPoisonOrders` (aggregate type `order`): each gets ONE poison event at the
+   * start from its owner (id modulo workers) and nothing else until the orchestrator says `release` — after every
+   * poison event died — so these lanes have nothing queued behind their dead head when later events arrive.
+   */
+  readonly quietPoisonOrders: number
   readonly pauseMs: readonly [number, number]
 }
 
@@ -48,6 +54,10 @@ const stats = {
 // poison event holds its lane for the whole retry schedule, which keeps the drain short and predictable.
 const poisoned = new Set<string>()
 let stopping = false
+let released = false
+onCommand((command) => {
+  if (command === 'release') released = true
+})
 
 interface Step {
   readonly type: 'order' | 'refund'
@@ -55,10 +65,11 @@ interface Step {
 }
 
 function planTransaction(random: SeededRandom): Step[] {
-  const first = random.int(1, config.orders)
+  const last = released ? config.orders + config.quietPoisonOrders : config.orders
+  const first = random.int(1, last)
   const ids = [first]
   if (random.chance(0.25)) {
-    const second = random.int(1, config.orders)
+    const second = random.int(1, last)
     if (second !== first) ids.push(second)
   }
   // Row locks in one global order (orders rows by id, each row before its counters): no deadlocks between workers.
@@ -143,8 +154,45 @@ async function runLoop(loop: number): Promise<void> {
   }
 }
 
+/** Writes this worker's quiet poison events: one transaction each, retried through faults (bounded). */
+async function poisonQuietOrders(): Promise<void> {
+  if (config.incarnation > 0) return
+  for (let id = config.orders + 1; id <= config.orders + config.quietPoisonOrders; id++) {
+    if (id % config.workers !== config.worker) continue
+    const tag = `w${config.worker}.${config.incarnation}.q.${id}.0`
+    for (let attempt = 1; attempt <= 5 && !stopping; attempt++) {
+      try {
+        await db.transaction().execute(async (trx) => {
+          await sql`INSERT INTO orders (id, version) VALUES (${String(id)}, 1)`.execute(trx)
+          await sql`INSERT INTO order_changes (tag, order_id, aggregate_type) VALUES (${tag}, ${String(id)}, 'order')`.execute(
+            trx,
+          )
+          await enqueue(trx, {
+            aggregateType: 'order',
+            aggregateId: String(id),
+            eventType: 'order.changed',
+            payload: { tag, intent: 'commit', poison: true },
+          })
+        })
+        poisoned.add(`order:${id}`)
+        stats.committed += 1
+        stats.committedEvents += 1
+        stats.poisonCommitted += 1
+        break
+      } catch (error) {
+        // A unique violation means an earlier try did commit (its answer was lost in a restart).
+        if ((error as { code?: unknown }).code === '23505') break
+        stats.failed += 1
+        stats.failedEvents += 1
+        await sleep(200)
+      }
+    }
+  }
+}
+
 const startedAt = performance.now()
 const reporter = setInterval(() => send({ stats }), 200)
+await poisonQuietOrders()
 const loops = Array.from({ length: config.loops }, (_, loop) => runLoop(loop))
 send({ ready: true })
 process.once('SIGTERM', async () => {
