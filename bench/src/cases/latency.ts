@@ -119,6 +119,7 @@ export async function latency(ctx: BenchContext): Promise<CaseResult> {
         theirs.map((run) => run.p50),
         {
           order: theirs.map((run) => run.order),
+          enforceOrder: false,
         },
       ),
       measurement(

@@ -208,7 +208,7 @@ export async function relayThroughput(ctx: BenchContext, hot: boolean): Promise<
       system.name,
       'events/s',
       list.map((run) => run.perSecond),
-      { order: list.map((run) => run.order) },
+      { order: list.map((run) => run.order), enforceOrder: system.kind === 'outbox' },
     )
   })
   const rate = (system: System) => median(runs.get(system)!.map((run) => run.perSecond))

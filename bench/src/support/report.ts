@@ -7,8 +7,11 @@ export interface Measurement {
   readonly metric: string
   readonly runs: readonly number[]
   readonly median: number
-  /** Per-run order reports, for systems delivering to the sink. */
-  readonly order?: { readonly ok: boolean; readonly runs: readonly OrderReport[] }
+  /**
+   * Per-run order reports, for systems delivering to the sink. `enforced` for our relay: a broken order there fails
+   * the run. A baseline's broken order is a finding about that baseline, reported but not failing the run.
+   */
+  readonly order?: { readonly ok: boolean; readonly enforced: boolean; readonly runs: readonly OrderReport[] }
   /** Context (percentiles, counts) that is not itself the compared figure. */
   readonly detail?: Record<string, unknown>
 }
@@ -42,6 +45,8 @@ export function measurement(
   runs: readonly number[],
   extra: {
     order?: readonly OrderReport[]
+    /** False for baselines: their order is checked and reported, and only ours fails the run. @defaultValue true */
+    enforceOrder?: boolean
     detail?: Record<string, unknown>
   } = {},
 ): Measurement {
@@ -57,6 +62,7 @@ export function measurement(
             ok: extra.order.every(
               (report) => report.violations === 0 && (report.complete || report.capped === true),
             ),
+            enforced: extra.enforceOrder ?? true,
             runs: extra.order,
           },
         }
@@ -88,7 +94,7 @@ function orderText(m: Measurement): string {
   const duplicates = m.order.runs.reduce((sum, run) => sum + run.duplicates, 0)
   const incomplete = m.order.runs.filter((run) => !run.complete).length
   const capped = m.order.runs.filter((run) => run.capped).length
-  const parts = [m.order.ok ? 'order ok' : 'ORDER FAILED']
+  const parts = [m.order.ok ? 'order ok' : m.order.enforced ? 'ORDER FAILED' : 'order BROKEN (baseline)']
   if (violations > 0) parts.push(`${violations} out of order`)
   if (duplicates > 0) parts.push(`${duplicates} dup`)
   if (capped > 0) parts.push(`${capped} run(s) time-capped`)
