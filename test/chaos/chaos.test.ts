@@ -1,6 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { readFileSync, rmSync } from 'node:fs'
+import { existsSync, readFileSync, rmSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -20,12 +20,18 @@ afterAll(() => {
   if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
 })
 
-function alive(pid: number): boolean {
+/** Whether `pid` is still one of the run's chaos processes (PIDs wrap, so a live PID alone proves nothing). */
+function stillOurs(pid: number): boolean {
   try {
     process.kill(pid, 0)
-    return true
   } catch {
     return false
+  }
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('chaos/processes/')
+  } catch {
+    // Gone between the two checks; without /proc (not Linux) a live PID is all we can go by.
+    return !existsSync('/proc/self')
   }
 }
 
@@ -114,6 +120,6 @@ describe('chaos: the guarantee under kill -9, a failing endpoint and PostgreSQL 
     expect(skip.database.dead, context).toBe(skip.database.poisonCommitted)
     expect(block.database.blockedLanes, context).toBeGreaterThan(0)
     // Nothing the run started outlives it.
-    expect(report.spawnedPids.filter(alive), context).toEqual([])
+    expect(report.spawnedPids.filter(stillOurs), context).toEqual([])
   })
 })
