@@ -27,7 +27,7 @@ export function formatReport(result: ChaosRunResult): string {
       .join(', ')}`,
     `  subscriber load       slowest round trip ${proxy.forwardMs.max} ms, ${proxy.forwardMs.overRelayTimeout} slower than the relays' timeout; ${proxy.answersToNobody} 2xx answers found their relay gone; at most ${result.subscriber.maxConcurrent ?? 0} requests at once in the subscriber`,
     `  machine               worst event-loop stall ${result.lagMaxMs.orchestrator} ms in the orchestrator (proxy), ${result.lagMaxMs.relays} ms in a relay, ${result.lagMaxMs.subscriber} ms in the subscriber`,
-    `  kills (SIGKILL)       relays ${faults.relayKills.timer + faults.relayKills.midRequest + faults.relayKills.afterApply} (${faults.relayKills.timer} at random, ${faults.relayKills.midRequest} mid-request, ${faults.relayKills.afterApply} after the subscriber applied), subscriber ${faults.subscriberKills}, workers ${faults.workerKills}; ${faults.skipped} planned kills skipped (target still down)`,
+    `  kills (SIGKILL)       relays ${faults.relayKills.timer + faults.relayKills.midRequest + faults.relayKills.afterApply} (${faults.relayKills.timer} at random, ${faults.relayKills.midRequest} mid-request, ${faults.relayKills.afterApply} after the subscriber applied), subscriber ${faults.subscriberKills}, workers ${faults.workerKills}; ${faults.skipped} planned faults skipped (target still restarting, last relay up, or not in this mode)`,
     `  restarts              relays ${faults.restarts.relay}, subscriber ${faults.restarts.subscriber}, workers ${faults.restarts.worker}, PostgreSQL producer ${faults.postgresRestarts.producer} / subscriber ${faults.postgresRestarts.subscriber}`,
   ]
   if (result.violations.length === 0) lines.push('  invariants            all hold')
