@@ -21,7 +21,8 @@ export interface ClaimedLaneRow {
  *   not claimed even though a later row of it looks due. That is the ordering rule.
  * - `FOR UPDATE SKIP LOCKED` on the lane row: concurrent relays never wait for each other and never claim the same
  *   lane; READ COMMITTED re-checks the lease condition on the latest row version before locking it.
- * - Lanes parked by `onExhausted: 'block'` are never claimed; their rows sit at `available_at = 'infinity'`.
+ * - Lanes parked by `onExhausted: 'block'` are never claimed, and their rows are skipped in the due scan too: a
+ *   row enqueued while (or just before) the lane was blocked may still look due, and must not fill the window.
  * - Cost proportional to the lanes wanted, not to the candidates: candidates stream in due order (the sorted
  *   subquery) into the lane and head checks, and the LIMIT stops them after `lanes` hits. No ORDER BY above the
  *   LIMIT on purpose: with one, PostgreSQL (which cannot estimate how many candidates pass the head check) ran
@@ -47,7 +48,7 @@ export async function claimLanes(
           AND NOT EXISTS (
             SELECT 1 FROM ${lane} busy
             WHERE busy.aggregate_type = o.aggregate_type AND busy.aggregate_id = o.aggregate_id
-              AND busy.claim_token IS NOT NULL AND busy.leased_until > now()
+              AND ((busy.claim_token IS NOT NULL AND busy.leased_until > now()) OR busy.blocked_reason = 'exhausted')
           )
         ORDER BY o.available_at
         LIMIT ${scanRows}

@@ -41,11 +41,15 @@ export async function insertEvent(
       INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload, available_at)
       SELECT ${eventId}, ${event.aggregateType}, ${event.aggregateId}, counter.last_sequence, ${event.eventType}, ${event.payloadJson}::jsonb,
         -- Join the lane's due time: behind a head in backoff (or a parked lane) the new row must not look due.
-        greatest(now(), coalesce((
+        CASE WHEN EXISTS (
+          SELECT 1 FROM ${lane} b
+          WHERE b.aggregate_type = ${event.aggregateType} AND b.aggregate_id = ${event.aggregateId}
+            AND b.blocked_reason = 'exhausted'
+        ) THEN 'infinity'::timestamptz ELSE greatest(now(), coalesce((
           SELECT p.available_at FROM ${outbox} p
           WHERE p.aggregate_type = ${event.aggregateType} AND p.aggregate_id = ${event.aggregateId} AND p.status = 'pending'
           ORDER BY p.sequence DESC LIMIT 1
-        ), now()))
+        ), now())) END
       FROM counter
       RETURNING sequence
     )

@@ -64,11 +64,15 @@ export async function insertEvents(
       INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload, available_at)
       SELECT event_id, aggregate_type, aggregate_id, sequence, event_type, payload,
         -- Join the lane's due time: behind a head in backoff (or a parked lane) a new row must not look due.
-        greatest(now(), coalesce((
+        CASE WHEN EXISTS (
+          SELECT 1 FROM ${lane} b
+          WHERE b.aggregate_type = input.aggregate_type AND b.aggregate_id = input.aggregate_id
+            AND b.blocked_reason = 'exhausted'
+        ) THEN 'infinity'::timestamptz ELSE greatest(now(), coalesce((
           SELECT p.available_at FROM ${outbox} p
           WHERE p.aggregate_type = input.aggregate_type AND p.aggregate_id = input.aggregate_id AND p.status = 'pending'
           ORDER BY p.sequence DESC LIMIT 1
-        ), now()))
+        ), now())) END
       FROM input
       RETURNING 1
     )
