@@ -115,6 +115,13 @@ CREATE TABLE IF NOT EXISTS ${s}.outbox_lane (
 CREATE INDEX IF NOT EXISTS outbox_lane_leased_idx ON ${s}.outbox_lane (leased_until) WHERE claim_token IS NOT NULL;
 CREATE INDEX IF NOT EXISTS outbox_lane_blocked_idx ON ${s}.outbox_lane (blocked_at) WHERE blocked_reason IS NOT NULL;
 `,
+    // Every write a lane's owner makes (marks, release, retry, park, dead letter) finds the lane by its claim
+    // token. Without this index each of them scanned the whole lane table, which is never pruned and holds one row
+    // per aggregate ever seen: fine at a thousand aggregates, a full scan of millions per flush in production. Only
+    // leased lanes are in it, so it stays as small as the relays' concurrency.
+    '0002_lane_claim_token': `
+CREATE UNIQUE INDEX IF NOT EXISTS outbox_lane_claim_token_idx ON ${s}.outbox_lane (claim_token) WHERE claim_token IS NOT NULL;
+`,
   }
 }
 

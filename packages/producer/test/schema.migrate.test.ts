@@ -22,6 +22,9 @@ const PRODUCER_TABLES = [
   `${PRODUCER_MIGRATION_TABLE}_lock`,
 ]
 
+/** Every migration step, in order. */
+const PRODUCER_MIGRATIONS = ['0001_outbox', '0002_lane_claim_token']
+
 /** Every producer table, column, index and constraint of a schema, as the catalog describes them. */
 async function describeSchema(db: Kysely<any>, schema: string) {
   const { rows: columns } = await sql<{ line: string }>`
@@ -66,7 +69,7 @@ async function migrationRows(db: Kysely<any>, schema: string) {
 describe('migrate', () => {
   it('is a no-op the second (and third) time: no error, same migration rows, same schema', async () => {
     const before = await migrationRows(t.db, 'public')
-    expect(before.map((row) => row.name)).toEqual(['0001_outbox'])
+    expect(before.map((row) => row.name)).toEqual(PRODUCER_MIGRATIONS)
     const shape = await describeSchema(t.db, 'public')
     await migrate(t.db)
     await migrate(t.db, { schema: 'public' })
@@ -86,6 +89,31 @@ describe('migrate', () => {
     expect(shape.constraints).toContain('outbox_lane PRIMARY KEY (aggregate_type, aggregate_id)')
   })
 
+  it('upgrades a schema made by an earlier version, and owner writes then find lanes by claim token', async () => {
+    // A schema as the first release left it: only 0001 applied, no claim-token index.
+    await migrate(t.db, { schema: 'tenant_old' })
+    await sql`DROP INDEX tenant_old.outbox_lane_claim_token_idx`.execute(t.db)
+    await sql`DELETE FROM tenant_old.outbox_producer_migration WHERE name <> '0001_outbox'`.execute(t.db)
+
+    await migrate(t.db, { schema: 'tenant_old' })
+    expect((await migrationRows(t.db, 'tenant_old')).map((row) => row.name)).toEqual(PRODUCER_MIGRATIONS)
+    expect(await describeSchema(t.db, 'tenant_old')).toEqual(await describeSchema(t.db, 'public'))
+
+    // With many lanes (they are never pruned), finding one by its token must not scan them all.
+    await sql`
+      INSERT INTO tenant_old.outbox_lane (aggregate_type, aggregate_id, claim_token, leased_until)
+      SELECT 'order', n::text, CASE WHEN n % 100 = 0 THEN gen_random_uuid() END,
+             CASE WHEN n % 100 = 0 THEN now() + interval '1 minute' END
+      FROM generate_series(1, 20000) n`.execute(t.db)
+    await sql`ANALYZE tenant_old.outbox_lane`.execute(t.db)
+    const { rows } = await sql<{ 'QUERY PLAN': string }>`
+      EXPLAIN UPDATE tenant_old.outbox_lane SET claim_token = NULL, leased_until = NULL
+      WHERE claim_token = ${'00000000-0000-4000-8000-000000000000'}::uuid`.execute(t.db)
+    const plan = rows.map((row) => row['QUERY PLAN']).join('\n')
+    expect(plan).toContain('outbox_lane_claim_token_idx')
+    expect(plan).not.toContain('Seq Scan')
+  })
+
   it('works end to end in a custom schema and leaves public untouched', async () => {
     const publicBefore = await describeSchema(t.db, 'public')
     const publicTables = await tableNames(t.db, 'public')
@@ -93,7 +121,7 @@ describe('migrate', () => {
 
     await migrate(t.db, { schema: 'tenant_a' })
     await migrate(t.db, { schema: 'tenant_a' })
-    expect((await migrationRows(t.db, 'tenant_a')).map((row) => row.name)).toEqual(['0001_outbox'])
+    expect((await migrationRows(t.db, 'tenant_a')).map((row) => row.name)).toEqual(PRODUCER_MIGRATIONS)
 
     const options = { schema: 'tenant_a' }
     const results = await t.db.transaction().execute(async (trx) => [
@@ -156,7 +184,7 @@ describe('migrate', () => {
     for (let round = 0; round < 6; round++) {
       const schema = `tenant_race_${round}`
       await Promise.all(pools.map((db) => migrate(db, { schema })))
-      expect((await migrationRows(t.db, schema)).map((row) => row.name)).toEqual(['0001_outbox'])
+      expect((await migrationRows(t.db, schema)).map((row) => row.name)).toEqual(PRODUCER_MIGRATIONS)
     }
   })
 
