@@ -66,8 +66,8 @@ function refOf(event: OutboxEvent<unknown>): EventRef {
  * Delivers one claimed lane in sequence order, one request at a time, and hands the lane back.
  *
  * The lane stops at its first failure (nothing behind a failed head is sent); a request is never started unless
- * the lease still covers its whole timeout; 2xx marks go to the batch buffer and the release waits for them, so
- * the lane is free again only once its marks are written.
+ * the lease still covers its whole timeout; 2xx marks go to the batch buffer and the release is queued behind
+ * them, so the lane is free again only once its marks are written — but the caller's slot is free at once.
  */
 export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<LaneResult> {
   const { options, sender, events } = ctx
@@ -154,7 +154,9 @@ export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<
     await settleFailure(ctx, lane, event, failure, outcome.retryAfterMs, result)
     return result
   }
-  await ctx.marks.release({ claimToken: lane.claimToken, delivered: result.delivered > 0 })
+  // Not awaited: the lane stays leased (no one, this relay included, can claim it) until the release is written in
+  // the same statement as its marks, so its slot can take the next lane now instead of waiting for that write.
+  void ctx.marks.release({ claimToken: lane.claimToken, delivered: result.delivered > 0 })
   return result
 }
 

@@ -68,6 +68,8 @@ export class Relay {
   readonly #sender: WebhookSender
   readonly #marks: MarkBuffer
   readonly #active = new Set<Promise<LaneResult>>()
+  /** Lanes claimed ahead, waiting for a delivery slot (see {@link Relay.#run}). */
+  #ready: ClaimedLane[] = []
   #state: 'idle' | 'running' | 'stopping' = 'idle'
   #abort = new AbortController()
   #loop: Promise<void> | undefined
@@ -222,12 +224,16 @@ export class Relay {
     // Each lane finishes its current request (or is aborted at timeoutMs) and hands itself back through the mark
     // buffer. With the database unreachable those writes cannot land: wait a grace period, then give up on them
     // (their leases expire and another relay takes over — a delay, never a loss).
+    // The loop too: it may be mid-claim, and the lanes that claim returns must be handed back with the rest.
     const settled = Promise.allSettled([...this.#active])
-    await Promise.race([settled, sleep(timeoutMs + STOP_GRACE_MS)])
+    await Promise.race([Promise.all([settled, this.#loop]), sleep(timeoutMs + STOP_GRACE_MS)])
     clearTimeout(abortTimer)
+    // Lanes claimed ahead but never started go back untouched, in the same flush as everything else.
+    for (const lane of this.#ready.splice(0)) {
+      void this.#marks.release({ claimToken: lane.claimToken, delivered: false })
+    }
     await Promise.race([this.#marks.flush(), sleep(STOP_GRACE_MS)])
     const unflushed = this.#marks.abandon()
-    await Promise.race([Promise.all([settled, this.#loop]), sleep(STOP_GRACE_MS)])
     await this.#listener?.stop()
     await this.#sender.close()
     this.#state = 'idle'
@@ -237,36 +243,57 @@ export class Relay {
     this.#options.logger.info({ lanes, aborted, unflushed }, 'relay stopped')
   }
 
+  /**
+   * The claim loop. It claims AHEAD: besides the `concurrency` lanes in delivery it keeps up to `concurrency` more
+   * claimed and read, so a lane that finishes hands its slot to the next one at once instead of after a claim's
+   * two round trips. It claims when the ready queue is half empty (batches of lanes, not one claim per finished
+   * lane) or when a slot is free with nothing ready. Ready lanes hold a lease while they wait; the lease covers it
+   * (each request is still checked against the lane's deadline) and `stop()` hands them back unopened.
+   */
   async #run(): Promise<void> {
+    const { concurrency, pollIntervalMs } = this.#options
+    const refillAt = Math.ceil(concurrency / 2)
     let errors = 0
     while (this.#state === 'running') {
-      const free = this.#options.concurrency - this.#active.size
+      this.#startReady()
+      const wanted = 2 * concurrency - this.#active.size - this.#ready.length
+      const slotFree = this.#active.size < concurrency
       let claimed = 0
-      if (free > 0) {
+      if (wanted > 0 && (wanted >= refillAt || slotFree)) {
         try {
-          const lanes = await this.#claim(free)
+          const lanes = await this.#claim(wanted)
           claimed = lanes.length
           errors = 0
-          for (const lane of lanes) {
-            const work = this.#deliver(lane)
-            this.#active.add(work)
-            void work.finally(() => {
-              this.#active.delete(work)
-              this.#requestWake()
-            })
-          }
+          this.#ready.push(...lanes)
+          if (this.#state !== 'running') break
+          this.#startReady()
         } catch (error) {
           errors += 1
           this.#reportError(error, 'claim')
-          await this.#idle(Math.min(30_000, this.#options.pollIntervalMs * 2 ** Math.min(errors, 8)))
+          await this.#idle(Math.min(30_000, pollIntervalMs * 2 ** Math.min(errors, 8)))
           continue
         }
       }
       if (this.#state !== 'running') break
       // A full claim may leave more due lanes behind it: go again at once. Otherwise wait for a lane to finish
-      // (a slot frees up) or for the poll interval.
-      if (free > 0 && claimed === free) continue
-      await this.#idle(this.#options.pollIntervalMs)
+      // (a slot frees up), a NOTIFY, or the poll interval.
+      if (wanted > 0 && claimed === wanted) continue
+      await this.#idle(pollIntervalMs)
+    }
+  }
+
+  /** Moves ready lanes into free delivery slots; a lane that finishes starts the next one itself. */
+  #startReady(): void {
+    while (this.#state === 'running' && this.#active.size < this.#options.concurrency) {
+      const lane = this.#ready.shift()
+      if (!lane) return
+      const work = this.#deliver(lane)
+      this.#active.add(work)
+      void work.finally(() => {
+        this.#active.delete(work)
+        this.#startReady()
+        this.#requestWake()
+      })
     }
   }
 
@@ -342,7 +369,7 @@ export class Relay {
       const head = lane.events[0]
       if (!head) {
         // Its events were delivered by the previous owner between our claim and our read: just hand it back.
-        await this.#marks.release({ claimToken: lane.claimToken, delivered: false })
+        void this.#marks.release({ claimToken: lane.claimToken, delivered: false })
         return { delivered: 0, failed: 0, dead: 0 }
       }
       if (head.attempts >= this.#options.maxAttempts) {

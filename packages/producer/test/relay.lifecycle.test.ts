@@ -55,6 +55,44 @@ describe('relay lifecycle', () => {
     }
   })
 
+  it('claims lanes ahead of its free slots, and stop() hands those back unopened', async () => {
+    const ids = Array.from({ length: 8 }, (_, n) => `ahead-${n}`)
+    await seedEvents(t.db, ids, 3)
+    let inFlight = 0
+    let mostInFlight = 0
+    const sink = await startSink(async () => {
+      mostInFlight = Math.max(mostInFlight, ++inFlight)
+      await new Promise((resolve) => setTimeout(resolve, 30))
+      inFlight -= 1
+      return { status: 200, body: { status: 'applied' } }
+    })
+    const relay = new Relay({ db: t.db, endpoint: sink.url, concurrency: 2, logger: silentLogger })
+    const leased = async () =>
+      (
+        await t.db
+          .selectFrom('outbox_lane')
+          .select('aggregate_id')
+          .where('aggregate_id', 'like', 'ahead-%')
+          .where('claim_token', 'is not', null)
+          .execute()
+      ).length
+    try {
+      await relay.start()
+      await waitFor(() => sink.requests.length >= 1, 'the first delivery')
+      // Two lanes in delivery and two more claimed and waiting, so a finished lane's slot never waits on a claim.
+      expect(await leased()).toBe(4)
+      // Only two lanes are ever in delivery at once.
+      expect(mostInFlight).toBeLessThanOrEqual(2)
+      await relay.stop({ timeoutMs: 5000 })
+      expect(await leased()).toBe(0)
+    } finally {
+      await relay.stop()
+      await sink.close()
+      // The lanes left pending would otherwise go first in the next test of this database.
+      await t.db.deleteFrom('outbox').where('aggregate_id', 'like', 'ahead-%').execute()
+    }
+  })
+
   it('stop({ timeoutMs }) aborts a request that outlives it, counts no attempt, and releases the lane', async () => {
     await seedEvents(t.db, ['abort-1'], 2)
     const sink = await startSink(() => 'hang')
