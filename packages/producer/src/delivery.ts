@@ -48,6 +48,9 @@ export class WebhookSender {
   readonly #agent: Agent
   readonly #keys: readonly SigningKey[]
   readonly #timeoutMs: number
+  /** Requests in flight, so one listener on the caller's `abort` signal cuts them all short. */
+  readonly #inFlight = new Set<AbortController>()
+  readonly #watched = new WeakSet<AbortSignal>()
 
   constructor(options: { keys: readonly SigningKey[]; timeoutMs: number; connections: number }) {
     this.#keys = options.keys
@@ -70,10 +73,25 @@ export class WebhookSender {
     }
     if (this.#keys.length > 0)
       Object.assign(headers, signWebhook(this.#keys, { eventId: event.eventId, body }))
-    const timeout = AbortSignal.timeout(this.#timeoutMs)
-    const signal = abort ? AbortSignal.any([timeout, abort]) : timeout
+    if (abort?.aborted) return { kind: 'aborted' }
+    if (abort) this.#watch(abort)
+    // A plain controller and timer per request: `AbortSignal.timeout` + `AbortSignal.any` cost ~5% of the relay's
+    // CPU on a fast endpoint (weak references and a finalization registry per request).
+    const controller = new AbortController()
+    let timedOut = false
+    const timer = setTimeout(() => {
+      timedOut = true
+      controller.abort()
+    }, this.#timeoutMs)
+    this.#inFlight.add(controller)
     try {
-      const response = await request(url, { method: 'POST', headers, body, signal, dispatcher: this.#agent })
+      const response = await request(url, {
+        method: 'POST',
+        headers,
+        body,
+        signal: controller.signal,
+        dispatcher: this.#agent,
+      })
       const status = response.statusCode
       const text = await response.body.text()
       if (status >= 200 && status < 300)
@@ -88,10 +106,25 @@ export class WebhookSender {
         ? { kind: 'failure', httpStatus: status, error }
         : { kind: 'failure', httpStatus: status, error, retryAfterMs }
     } catch (error) {
-      if (abort?.aborted && !timeout.aborted) return { kind: 'aborted' }
-      const reason = timeout.aborted ? `timed out after ${this.#timeoutMs} ms` : describeNetworkError(error)
+      if (abort?.aborted && !timedOut) return { kind: 'aborted' }
+      const reason = timedOut ? `timed out after ${this.#timeoutMs} ms` : describeNetworkError(error)
       return { kind: 'failure', httpStatus: null, error: reason }
+    } finally {
+      clearTimeout(timer)
+      this.#inFlight.delete(controller)
     }
+  }
+
+  #watch(abort: AbortSignal): void {
+    if (this.#watched.has(abort)) return
+    this.#watched.add(abort)
+    abort.addEventListener(
+      'abort',
+      () => {
+        for (const controller of this.#inFlight) controller.abort()
+      },
+      { once: true },
+    )
   }
 
   async close(): Promise<void> {
