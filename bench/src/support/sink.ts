@@ -1,6 +1,6 @@
-import { type Sink, type SinkRequest, startSink } from '@outbox/test-harness'
+import { createServer, type ServerResponse } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { OrderTracker } from './order-tracker.js'
-import { sleep } from './timing.js'
 
 /** A loopback webhook sink that checks per-aggregate order as requests arrive. */
 export interface TrackedSink {
@@ -19,29 +19,59 @@ export interface TrackedSinkOptions {
   readonly onFirstReceipt?: (body: any, at: number) => void
 }
 
+/** The one answer every system gets: what `dedupe` answers for an applied event. */
+const APPLIED = Buffer.from('{"status":"applied"}')
+const APPLIED_HEADERS = { 'content-type': 'application/json', 'content-length': String(APPLIED.length) }
+
 /**
- * Starts the harness's loopback sink (the same one for every system compared) with an order check. Bodies carry
- * `aggregate_id` and `sequence` in every system's wire format, so one check fits all. The request log the harness
- * keeps is dropped as it grows: a 20,000-event run needs only the tracker's counters.
+ * Starts a loopback webhook sink (the same one for every system compared) with an order check. Bodies carry
+ * `aggregate_id` and `sequence` in every system's wire format, so one check fits all.
+ *
+ * Deliberately lean — a plain `node:http` handler that parses the body and answers a prebuilt buffer, keeping no
+ * request log: it shares the process (and the machine's two cores) with the system under test, and its cost per
+ * request should be as small as a real subscriber's "0 ms handler", so the figures are about the relays.
  */
 export async function startTrackedSink(options: TrackedSinkOptions): Promise<TrackedSink> {
   const tracker = new OrderTracker(options.expected)
   const delayMs = options.delayMs ?? 0
-  let sink: Sink | undefined
-  sink = await startSink(async (request: SinkRequest) => {
-    const body = request.json
-    if (body && typeof body.aggregate_id === 'string' && typeof body.sequence === 'number') {
-      const first = tracker.record(body.aggregate_id, body.sequence, request.at)
-      if (first) options.onFirstReceipt?.(body, request.at)
-    }
-    if (sink && sink.requests.length > 1000) sink.requests.length = 0
-    if (delayMs > 0) await sleep(delayMs)
-    return { status: 200, body: { status: 'applied' } }
+  const open = new Set<ServerResponse>()
+  const answer = (res: ServerResponse) => {
+    res.writeHead(200, APPLIED_HEADERS)
+    res.end(APPLIED)
+  }
+  const server = createServer((req, res) => {
+    const chunks: Buffer[] = []
+    req.on('data', (chunk: Buffer) => chunks.push(chunk))
+    req.on('end', () => {
+      const at = performance.now()
+      const text = (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).toString('utf8')
+      let body: any
+      try {
+        body = JSON.parse(text)
+      } catch {
+        body = undefined
+      }
+      if (body && typeof body.aggregate_id === 'string' && typeof body.sequence === 'number') {
+        if (tracker.record(body.aggregate_id, body.sequence, at)) options.onFirstReceipt?.(body, at)
+      }
+      if (delayMs === 0) return answer(res)
+      open.add(res)
+      setTimeout(() => {
+        open.delete(res)
+        if (!res.destroyed) answer(res)
+      }, delayMs)
+    })
   })
-  const started = sink
+  server.keepAliveTimeout = 60_000
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
   return {
-    url: started.url,
+    url: `http://127.0.0.1:${port}/hooks`,
     tracker,
-    close: () => started.close(),
+    async close() {
+      for (const res of open) res.destroy()
+      server.closeAllConnections()
+      await new Promise<void>((resolve) => server.close(() => resolve()))
+    },
   }
 }
