@@ -1,11 +1,11 @@
 import type { DeliveryStatus, OutboxEvent } from '@outbox/protocol'
 import type { Request } from 'express'
 import type { Kysely, Transaction } from 'kysely'
-import { claimCursor, judgeSequence } from './cursor.js'
+import { initialCursor, judgeHeldCursor } from './cursor.js'
 import type { ResolvedConsumerOptions } from './options.js'
 import { type ConsumerDatabase, inSchema } from './schema.js'
-import { advanceCursor } from './sql/advance-cursor.js'
 import { insertProcessedEvent } from './sql/insert-processed-event.js'
+import { prepareRecordEvent } from './sql/record-event.js'
 
 /**
  * The application's code for one event, given to `dedupe`.
@@ -13,7 +13,8 @@ import { insertProcessedEvent } from './sql/insert-processed-event.js'
  * It runs inside the transaction that records the event id, so its writes on `trx` commit together with that
  * record or not at all: an effect is applied at most once, and — because a failure answers 500 and the producer
  * retries — at least once. Throw to refuse the event; never answer the request yourself. `TData` types
- * `event.data` (it is not checked at run time), `DB` types `trx`.
+ * `event.data` (it is not checked at run time), `DB` types `trx`. The aggregate's cursor row is locked by `trx`
+ * and already shows `event.sequence` while the handler runs (it rolls back too if the handler throws).
  *
  * @example
  * ```ts
@@ -52,49 +53,71 @@ class SequenceGap extends Error {
   }
 }
 
-/**
- * Runs the transaction of DESIGN.md "Consumer": record the id (duplicates stop here), lock and judge the
- * aggregate's cursor, run the handler, advance the cursor, commit. READ COMMITTED is set explicitly: the
- * duplicate and ordering arguments in the sql/ modules rely on a blocked statement re-reading the committed row,
- * which REPEATABLE READ or SERIALIZABLE (if a database defaults to them) would turn into serialization failures.
- *
- * A handler that catches and swallows a database error leaves the transaction aborted; PostgreSQL then answers
- * `COMMIT` with a silent rollback. Kysely (≥ 0.29) turns that ROLLBACK tag into an error, so the answer is a 500
- * the producer retries — never a `200 applied` with nothing committed (a lost effect).
- */
-export async function applyEvent<TData>(
-  options: ResolvedConsumerOptions,
+const DUPLICATE: ApplyOutcome = Object.freeze({ kind: 'delivered', status: 'duplicate_ignored' })
+const APPLIED: ApplyOutcome = Object.freeze({ kind: 'delivered', status: 'applied' })
+
+/** Runs the transaction of one authentic, well-formed event; see {@link createApplyEvent}. */
+export type ApplyEvent = <TData>(
   event: OutboxEvent<TData>,
   handler: DedupeHandler<TData>,
   req: Request,
-): Promise<ApplyOutcome> {
-  try {
-    return await options.db
-      .transaction()
-      .setIsolationLevel('read committed')
-      .execute(async (trx): Promise<ApplyOutcome> => {
-        const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, options.schema)
-        if (!(await insertProcessedEvent(own, event)))
-          return { kind: 'delivered', status: 'duplicate_ignored' }
+) => Promise<ApplyOutcome>
 
-        if (options.sequence !== 'off') {
-          const cursor = await claimCursor(own, event)
-          const verdict = judgeSequence(options.sequence, options.firstSequence, cursor, event.sequence)
-          if (verdict.kind === 'gap') throw new SequenceGap(verdict.expected)
-          if (verdict.kind === 'stale') return { kind: 'delivered', status: 'stale_ignored', cursor }
-        }
+/**
+ * Returns the function that runs the transaction of DESIGN.md "Consumer" for one consumer (its statement is
+ * compiled here, once): record the id (duplicates stop here), lock and judge the aggregate's cursor, run the
+ * handler, commit — as `BEGIN`, ONE statement (sql/record-event.ts: records the id, locks the cursor, creating it
+ * for a new aggregate, and advances it when the policy says apply), the handler, `COMMIT`. Only a stale event or
+ * a gap costs one more statement, to read the cursor it was judged against. Under `'off'` the statement is the
+ * plain id insert.
+ *
+ * READ COMMITTED is set explicitly: the duplicate and ordering arguments in the sql/ modules rely on a blocked
+ * statement re-reading (and judging) the latest committed row, which REPEATABLE READ or SERIALIZABLE (if a
+ * database defaults to them) would turn into serialization failures.
+ *
+ * The cursor is advanced before the handler runs, inside the same transaction: a handler that throws rolls it
+ * back with the id. A handler that catches and swallows a database error leaves the transaction aborted;
+ * PostgreSQL then answers `COMMIT` with a silent rollback, which Kysely (≥ 0.29) turns into an error, so the
+ * answer is a 500 the producer retries — never a `200 applied` with nothing committed (a lost effect).
+ */
+export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
+  const { sequence: policy, firstSequence, schema } = options
+  const recordEvent =
+    policy === 'off'
+      ? undefined
+      : prepareRecordEvent(inSchema(options.db as Kysely<ConsumerDatabase>, schema), policy, firstSequence)
 
-        try {
-          await handler(event, trx, req)
-        } catch (error) {
-          throw new HandlerFailure(error)
-        }
+  return async (event, handler, req) => {
+    try {
+      return await options.db
+        .transaction()
+        .setIsolationLevel('read committed')
+        .execute(async (trx): Promise<ApplyOutcome> => {
+          if (recordEvent === undefined) {
+            const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, schema)
+            if (!(await insertProcessedEvent(own, event))) return DUPLICATE
+          } else {
+            const initial = initialCursor(policy, firstSequence, event.sequence)
+            const recorded = await recordEvent(trx, event, initial)
+            if (recorded === 'duplicate') return DUPLICATE
+            if (recorded === 'held') {
+              const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, schema)
+              const verdict = await judgeHeldCursor(own, event, policy, firstSequence, event.sequence)
+              if (verdict.kind === 'gap') throw new SequenceGap(verdict.expected)
+              return { kind: 'delivered', status: 'stale_ignored', cursor: verdict.cursor }
+            }
+          }
 
-        if (options.sequence !== 'off') await advanceCursor(own, event, event.sequence)
-        return { kind: 'delivered', status: 'applied' }
-      })
-  } catch (error) {
-    if (error instanceof SequenceGap) return { kind: 'gap', expected: error.expected }
-    throw error
+          try {
+            await handler(event, trx, req)
+          } catch (error) {
+            throw new HandlerFailure(error)
+          }
+          return APPLIED
+        })
+    } catch (error) {
+      if (error instanceof SequenceGap) return { kind: 'gap', expected: error.expected }
+      throw error
+    }
   }
 }

@@ -1,7 +1,6 @@
 import type { Kysely } from 'kysely'
 import type { FirstSequence, SequencePolicy } from './options.js'
 import type { ConsumerDatabase } from './schema.js'
-import { ensureCursor } from './sql/ensure-cursor.js'
 import { type AggregateKey, lockCursor } from './sql/lock-cursor.js'
 
 /**
@@ -19,7 +18,9 @@ export type SequenceVerdict =
 /**
  * Applies a sequence policy (pure: no I/O, so every corner is testable).
  *
- * `cursor` is the last applied sequence, 0 when nothing was applied yet. Under `'off'` everything applies.
+ * `cursor` is the last applied sequence, 0 when nothing was applied yet. Under `'off'` everything applies. The
+ * "apply?" question is also asked inside PostgreSQL, by `appliesSql` in sql/record-event.ts, where the cursor is
+ * locked; a property test proves the two agree, and {@link judgeHeldCursor} refuses to go on if they ever do not.
  */
 export function judgeSequence(
   policy: SequencePolicy,
@@ -36,15 +37,39 @@ export function judgeSequence(
 }
 
 /**
- * Locks the aggregate's cursor for the rest of the transaction (creating it at 0 the first time) and returns
- * the last applied sequence. One round trip when the cursor exists, three the first time an aggregate is seen.
+ * The cursor a brand-new aggregate is created with by `recordEvent`: the event's sequence when its first event
+ * applies, else 0 ("nothing applied yet" — only a strict gap, which the caller rolls back).
  */
-export async function claimCursor(db: Kysely<ConsumerDatabase>, key: AggregateKey): Promise<number> {
-  const existing = await lockCursor(db, key)
-  if (existing !== undefined) return existing
-  await ensureCursor(db, key)
-  const created = await lockCursor(db, key)
-  // Only possible if someone deletes cursors by hand; failing (→ 500, retried) beats applying without the lock.
-  if (created === undefined) throw new Error('the consumer cursor row vanished while it was being created')
-  return created
+export function initialCursor(
+  policy: SequencePolicy,
+  firstSequence: FirstSequence,
+  sequence: number,
+): number {
+  return judgeSequence(policy, firstSequence, 0, sequence).kind === 'apply' ? sequence : 0
+}
+
+/**
+ * Judges an event whose cursor `recordEvent` locked but did not advance: reads that cursor (one round trip, only
+ * on this rare path) and returns the `stale` or `gap` verdict with it.
+ *
+ * An `apply` verdict here would mean the SQL predicate and {@link judgeSequence} disagree; that throws (a 500 the
+ * producer retries) rather than guessing, since either guess could apply an event out of order or drop one.
+ */
+export async function judgeHeldCursor(
+  db: Kysely<ConsumerDatabase>,
+  key: AggregateKey,
+  policy: SequencePolicy,
+  firstSequence: FirstSequence,
+  sequence: number,
+): Promise<Exclude<SequenceVerdict, { kind: 'apply' }>> {
+  const cursor = await lockCursor(db, key)
+  // Only possible if someone deletes cursors by hand; failing (→ 500, retried) beats judging without the lock.
+  if (cursor === undefined) throw new Error('the consumer cursor row vanished while this transaction held it')
+  const verdict = judgeSequence(policy, firstSequence, cursor, sequence)
+  if (verdict.kind === 'apply') {
+    throw new Error(
+      `the consumer's SQL and JavaScript sequence policies disagree (cursor ${cursor}, sequence ${sequence})`,
+    )
+  }
+  return verdict
 }

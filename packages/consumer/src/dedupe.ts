@@ -7,7 +7,7 @@ import {
   verifyWebhook,
 } from '@outbox/protocol'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
-import { type ApplyOutcome, applyEvent, type DedupeHandler, HandlerFailure } from './apply-event.js'
+import { type ApplyOutcome, createApplyEvent, type DedupeHandler, HandlerFailure } from './apply-event.js'
 import { OutboxError } from './errors.js'
 import { safeLog } from './logger.js'
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js'
@@ -139,8 +139,9 @@ function checkHeaders(req: Request, event: OutboxEvent<unknown>, signed: boolean
  * For each request `dedupe` checks, in this order: the body is not already parsed (500 `body_already_parsed`, a
  * mounting mistake); content type (415) and size while streaming (413); signature and timestamp window, before
  * any parsing (401); JSON, envelope and the id/sequence headers (400). Then, in ONE transaction: it records the
- * event id (a duplicate answers `200 duplicate_ignored`), locks the aggregate's cursor and applies the sequence
- * policy (`stale_ignored`, or 409 under `'strict'`), runs the handler and advances the cursor: `200 applied`.
+ * event id (a duplicate answers `200 duplicate_ignored`), locks the aggregate's cursor, applies the sequence
+ * policy (`stale_ignored`, or 409 under `'strict'`) and advances the cursor — one statement — then runs the
+ * handler: `200 applied`.
  * If the handler throws, everything rolls back and the answer is 500 `handler_failed`, with no internals, so the
  * producer retries. A client's mistake never gets a 5xx; `onError` and the logger see every refusal.
  *
@@ -167,6 +168,7 @@ function checkHeaders(req: Request, event: OutboxEvent<unknown>, signed: boolean
 export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer<DB> {
   const resolved = resolveConsumerOptions(options)
   const { logger } = resolved
+  const applyEvent = createApplyEvent(resolved)
 
   const refuse = (req: Request, res: Response, refused: Refusal) => {
     const meta = {
@@ -235,7 +237,7 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
 
     let outcome: ApplyOutcome
     try {
-      outcome = await applyEvent(resolved, event, handler as DedupeHandler<TData>, req)
+      outcome = await applyEvent(event, handler as DedupeHandler<TData>, req)
     } catch (error) {
       const handlerThrew = error instanceof HandlerFailure
       return refuse(

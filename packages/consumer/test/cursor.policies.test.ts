@@ -1,10 +1,12 @@
 import type { OutboxEvent } from '@outbox/protocol'
 import { useTestDatabase } from '@outbox/test-harness'
 import fc from 'fast-check'
+import { sql } from 'kysely'
 import request from 'supertest'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { judgeSequence } from '../src/cursor.js'
 import { type ConsumerOptions, createConsumer } from '../src/index.js'
+import { appliesSql } from '../src/sql/record-event.js'
 import {
   appWith,
   createEffects,
@@ -180,5 +182,34 @@ describe('judgeSequence (the policy table)', () => {
 
   it("'off' always applies", () => {
     fc.assert(fc.property(cursor, positive, (c, s) => judgeSequence('off', 1, c, s).kind === 'apply'))
+  })
+
+  // recordEvent asks "apply?" in SQL, where the cursor is locked; judgeSequence must stay the policy it implements.
+  it('the SQL predicate of recordEvent says apply exactly when judgeSequence does, in PostgreSQL', async () => {
+    const sequence = fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER })
+    // Half the cases sit around the cursor (c - 2 … c + 3), where the policies differ; bigint range included.
+    const pair = fc.oneof(
+      fc.tuple(cursor, positive),
+      fc.tuple(sequence, fc.integer({ min: -2, max: 3 })).map(([c, d]) => [c, Math.max(1, c + d)] as const),
+      fc.tuple(fc.constant(0), fc.integer({ min: 1, max: 3 })),
+    )
+    const setting = fc.constantFrom(
+      ['monotonic', 1] as const,
+      ['strict', 1] as const,
+      ['strict', 'any'] as const,
+    )
+    let applied = 0
+    await fc.assert(
+      fc.asyncProperty(setting, pair, async ([policy, first], [c, s]) => {
+        const { rows } = await sql<{ applies: boolean }>`
+          SELECT ${appliesSql(sql.ref('t.last_sequence'), policy, first, s, s - 1)} AS applies
+          FROM (VALUES (${c}::bigint)) AS t (last_sequence)`.execute(t.db)
+        const expected = judgeSequence(policy, first, c, s).kind === 'apply'
+        if (expected) applied++
+        expect(rows[0]?.applies).toBe(expected)
+      }),
+      { numRuns: 300 },
+    )
+    expect(applied).toBeGreaterThan(30) // both answers were really exercised
   })
 })

@@ -9,13 +9,13 @@ export interface AggregateKey {
 
 /**
  * Locks an aggregate's cursor row until the transaction ends and returns its last applied sequence, or
- * `undefined` when the row does not exist yet.
+ * `undefined` when the row does not exist.
  *
- * `FOR UPDATE` is what serializes two different events of one aggregate: the second waits here (after recording
- * its id, before its handler) until the first commits, then — at READ COMMITTED — re-reads the committed row, so
- * it judges its sequence against the cursor the first one left. `SKIP LOCKED`/`NOWAIT` were rejected: the
- * second event must wait its turn, not be skipped or fail. Plain `FOR UPDATE` (not `FOR NO KEY UPDATE`) is
- * enough: nothing references this table.
+ * Called only after `recordEvent` left the cursor locked but unchanged (a stale event or a gap), to learn the
+ * value it was judged against: this transaction already holds the row lock, so `FOR UPDATE` returns at once, and
+ * the new statement's snapshot (READ COMMITTED) sees the version that was locked — nobody can have changed it
+ * since. `FOR UPDATE` rather than a plain `SELECT` keeps that true even if a caller ever reaches it without the
+ * lock: it would then wait its turn like any other event of the aggregate.
  */
 export async function lockCursor(
   db: Kysely<ConsumerDatabase>,
