@@ -9,7 +9,7 @@ import {
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { type ApplyOutcome, createApplyEvent, type DedupeHandler, HandlerFailure } from './apply-event.js'
 import { OutboxError } from './errors.js'
-import { safeLog } from './logger.js'
+import { DEFAULT_LOGGER, safeLog } from './logger.js'
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js'
 import { contentTypeProblem, isBodyConsumed, readRawBody } from './read-body.js'
 import { type Refusal, refusal, respondDelivered, respondProblem } from './respond.js'
@@ -94,17 +94,17 @@ function checkTransport(req: Request, options: ResolvedConsumerOptions): Refusal
  * database and fail there with a 500 — a client's mistake answered as a server error, retried forever.
  */
 function checkStorable(event: OutboxEvent<unknown>): Refusal | undefined {
+  // The common case first, without building anything: it runs on every delivery.
+  if (!`${event.type}${event.aggregateType}${event.aggregateId}`.includes('\u0000')) return undefined
   const keys = { type: event.type, aggregate_type: event.aggregateType, aggregate_id: event.aggregateId }
   const errors = Object.entries(keys)
     .filter(([, value]) => value.includes('\u0000'))
     .map(([field]) => `${field} must not contain the NUL character (U+0000)`)
-  if (errors.length === 0) return undefined
   return refusal('invalid_envelope', errors.join('; '), { eventId: event.eventId, extensions: { errors } })
 }
 
 /** Checks that the headers repeat the envelope's id and sequence (and, when signed, that webhook-id is the id). */
 function checkHeaders(req: Request, event: OutboxEvent<unknown>, signed: boolean): Refusal | undefined {
-  const context = eventContext(event)
   const key = header(req, HEADERS.idempotencyKey)
   if (key === undefined || key.toLowerCase() !== event.eventId.toLowerCase()) {
     return refusal(
@@ -112,12 +112,11 @@ function checkHeaders(req: Request, event: OutboxEvent<unknown>, signed: boolean
       key === undefined
         ? 'the x-idempotency-key header is required'
         : 'x-idempotency-key must equal event_id',
-      context,
+      eventContext(event),
     )
   }
-  const webhookId = header(req, HEADERS.webhookId)
-  if (signed && webhookId?.toLowerCase() !== event.eventId.toLowerCase()) {
-    return refusal('idempotency_key_mismatch', 'webhook-id must equal event_id', context)
+  if (signed && header(req, HEADERS.webhookId)?.toLowerCase() !== event.eventId.toLowerCase()) {
+    return refusal('idempotency_key_mismatch', 'webhook-id must equal event_id', eventContext(event))
   }
   const sequence = header(req, HEADERS.eventSequence)
   if (sequence === undefined || !/^\d{1,16}$/.test(sequence) || Number(sequence) !== event.sequence) {
@@ -126,7 +125,7 @@ function checkHeaders(req: Request, event: OutboxEvent<unknown>, signed: boolean
       sequence === undefined
         ? 'the x-event-sequence header is required'
         : 'x-event-sequence must equal sequence',
-      context,
+      eventContext(event),
     )
   }
   return undefined
@@ -169,6 +168,8 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
   const resolved = resolveConsumerOptions(options)
   const { logger } = resolved
   const applyEvent = createApplyEvent(resolved)
+  // The default logger drops debug lines: then the per-delivery outcome line is not even built.
+  const logsOutcomes = logger.debug !== DEFAULT_LOGGER.debug
 
   const refuse = (req: Request, res: Response, refused: Refusal) => {
     const meta = {
@@ -262,11 +263,13 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
         }),
       )
     }
-    safeLog(logger, 'debug', `webhook ${outcome.status}`, {
-      ...eventContext(event),
-      status: outcome.status,
-      ...(outcome.cursor === undefined ? {} : { cursor: outcome.cursor }),
-    })
+    if (logsOutcomes) {
+      safeLog(logger, 'debug', `webhook ${outcome.status}`, {
+        ...eventContext(event),
+        status: outcome.status,
+        ...(outcome.cursor === undefined ? {} : { cursor: outcome.cursor }),
+      })
+    }
     respondDelivered(res, outcome.status, event.eventId)
   }
 
