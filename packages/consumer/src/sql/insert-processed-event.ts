@@ -9,7 +9,8 @@ import type { ConsumerDatabase } from '../schema.js'
  * blocks on the primary-key index entry until the first transaction ends. If that one commits, the waiter's
  * insert becomes a no-op (0 rows → `duplicate_ignored`); if it rolls back (the handler threw), the waiter's insert
  * succeeds and it applies the event instead. Either way exactly one transaction applies — a SELECT-first check
- * would let both see "absent". It runs FIRST in the transaction so a duplicate never touches the cursor lock.
+ * would let both see "absent". Used under `sequence: 'off'` only: with a cursor, the same insert is the first
+ * step of the one statement in record-event.ts, which also takes the cursor.
  */
 export async function insertProcessedEvent(
   db: Kysely<ConsumerDatabase>,

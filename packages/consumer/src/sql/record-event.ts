@@ -3,7 +3,7 @@ import { CompiledQuery, type Expression, type Kysely, type RawBuilder, sql } fro
 import type { FirstSequence } from '../options.js'
 import type { ConsumerDatabase } from '../schema.js'
 
-/** A sequence policy that keeps a cursor (under `'off'` only {@link insertProcessedEvent} runs). */
+/** A sequence policy that keeps a cursor (under `'off'` only insert-processed-event.ts runs). */
 export type OrderedPolicy = 'monotonic' | 'strict'
 
 /**
@@ -138,7 +138,7 @@ export function prepareRecordEvent(
         )
         .returning('last_sequence'),
     )
-    // A scalar subquery, not a join: the same answer, and measurably cheaper for PostgreSQL to plan.
+    // A scalar subquery, not a join: the same answer, and a little cheaper for PostgreSQL to plan.
     .selectFrom('recorded')
     .select((eb) => eb.selectFrom('cursor').select('cursor.last_sequence').as('last_sequence'))
     .compile()
