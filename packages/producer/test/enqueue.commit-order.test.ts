@@ -64,10 +64,11 @@ describe('enqueue: sequence order is commit order', () => {
     expect(await within(second, 100)).toBe('timeout')
     expect(order).toEqual([])
 
+    // Marked before the COMMIT is sent: its reply and t2's, on two connections, may be handled in either order.
+    order.push('t1 commits')
     await t1.commit().execute()
-    order.push('t1 committed')
     expect((await second).sequence).toBe(2)
-    expect(order).toEqual(['t1 committed', 't2 enqueued'])
+    expect(order).toEqual(['t1 commits', 't2 enqueued'])
     await t2.commit().execute()
     expect(await sequencesOf('X')).toEqual([
       { sequence: 1, tag: 't1' },
