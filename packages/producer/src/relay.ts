@@ -91,7 +91,9 @@ export class Relay {
     })
     this.#marks = new MarkBuffer(
       async (marks, releases) => {
-        await markSentAndRelease(this.#options.db, this.#options.schema, marks, releases)
+        const { released } = await markSentAndRelease(this.#options.db, this.#options.schema, marks, releases)
+        // A released lane with more due events is claimable now; the claim loop may be waiting for a poll.
+        if (released > 0) this.#requestWake()
       },
       (error) => this.#reportError(error, 'flush'),
     )

@@ -35,6 +35,46 @@ describe('relay ordering', () => {
     }
   })
 
+  it('a lane goes on past a full batch under the same claim, and still stops at a failure in a later batch', async () => {
+    await seedEvents(t.db, ['cont-1'], 12)
+    const tokenNow = async () =>
+      (
+        await t.db
+          .selectFrom('outbox_lane')
+          .select('claim_token')
+          .where('aggregate_id', '=', 'cont-1')
+          .executeTakeFirstOrThrow()
+      ).claim_token
+    const tokens: (string | null)[] = []
+    let failSeventh = true
+    const sink = await startSink(async (request) => {
+      tokens.push(await tokenNow())
+      if (request.json.sequence === 7 && failSeventh) {
+        failSeventh = false
+        return { status: 500, body: { error: 'boom' } }
+      }
+      return { status: 200, body: { status: 'applied' } }
+    })
+    try {
+      const relay = new Relay({
+        db: t.db,
+        endpoint: sink.url,
+        batchSize: 5,
+        retrySchedule: [0],
+        logger: silentLogger,
+      })
+      expect(await relay.runOnce()).toEqual({ delivered: 6, failed: 1, dead: 0 })
+      // Batches 1–5 and 6–10 under ONE claim (no release and re-claim between them), stopping at 7's failure.
+      expect(sink.requests.map((request) => request.json.sequence)).toEqual([1, 2, 3, 4, 5, 6, 7])
+      expect(new Set(tokens).size).toBe(1)
+      expect(tokens[0]).not.toBeNull()
+      expect(await relay.runOnce()).toEqual({ delivered: 6, failed: 0, dead: 0 })
+      expect(sink.requests.slice(7).map((request) => request.json.sequence)).toEqual([7, 8, 9, 10, 11, 12])
+    } finally {
+      await sink.close()
+    }
+  })
+
   it('a head waiting in backoff stops its whole lane even when a later row of it is due', async () => {
     await seedEvents(t.db, ['backoff-1'], 2)
     const sink = await startSink(() => ({ status: 500 }))

@@ -16,7 +16,8 @@ export interface LaneEventRow {
 }
 
 /**
- * Reads the head and up to `batchSize - 1` rows behind it for each claimed lane, in sequence order.
+ * Reads the head and up to `batchSize - 1` rows behind it for each claimed lane, in sequence order — or, with
+ * `afterSequence`, the next rows of a lane its owner goes on delivering (sequence order makes them contiguous).
  *
  * A separate statement from the claim on purpose: under READ COMMITTED it takes a fresh snapshot, so rows that the
  * lane's previous owner marked sent just before our claim are not sent again. Fenced by the claim token, so a
@@ -28,6 +29,7 @@ export async function selectLaneEvents(
   schema: string,
   tokens: readonly string[],
   batchSize: number,
+  afterSequence?: string,
 ): Promise<LaneEventRow[]> {
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
@@ -38,6 +40,7 @@ export async function selectLaneEvents(
     CROSS JOIN LATERAL (
       SELECT * FROM ${outbox} o
       WHERE o.aggregate_type = l.aggregate_type AND o.aggregate_id = l.aggregate_id AND o.status = 'pending'
+        AND o.sequence > ${afterSequence ?? 0}::bigint
       ORDER BY o.sequence
       LIMIT ${batchSize}
     ) e
