@@ -26,6 +26,26 @@ function assertTransaction(trx: unknown): asserts trx is Transaction<any> {
   }
 }
 
+/**
+ * Turns "function does not exist" from a schema migrated by an older version into an error that says what to do;
+ * anything else is rethrown as it is.
+ */
+async function withCurrentSchema<T>(schema: string, write: () => Promise<T>): Promise<T> {
+  try {
+    return await write()
+  } catch (error) {
+    const { code, message } = error as { code?: unknown; message?: unknown }
+    if (code === '42883' && typeof message === 'string' && message.includes('outbox_')) {
+      throw new OutboxError(
+        'ERR_OUTBOX_SCHEMA_OUTDATED',
+        `the outbox tables in schema "${schema}" are older than this @outbox/producer: run its migrations (\`outbox migrate\` or migrate(db)) before enqueueing`,
+        { cause: error },
+      )
+    }
+    throw error
+  }
+}
+
 function resolveEnqueueOptions(options: EnqueueOptions) {
   const maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES
   if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes <= 0) {
@@ -66,7 +86,9 @@ export async function enqueue<TPayload>(
   assertTransaction(trx)
   const resolved = resolveEnqueueOptions(options)
   const validated = validateEvent(event, resolved.maxPayloadBytes)
-  return await insertEvent(trx, resolved.schema, validated, randomUUID(), resolved.channel)
+  return await withCurrentSchema(resolved.schema, () =>
+    insertEvent(trx, resolved.schema, validated, randomUUID(), resolved.channel),
+  )
 }
 
 /**
@@ -101,12 +123,14 @@ export async function enqueueMany<TPayload>(
   }
   if (events.length === 0) return []
   const validated = events.map((event, index) => validateEvent(event, resolved.maxPayloadBytes, index))
-  return await insertEvents(
-    trx,
-    resolved.schema,
-    validated,
-    validated.map(() => randomUUID()),
-    resolved.channel,
+  return await withCurrentSchema(resolved.schema, () =>
+    insertEvents(
+      trx,
+      resolved.schema,
+      validated,
+      validated.map(() => randomUUID()),
+      resolved.channel,
+    ),
   )
 }
 

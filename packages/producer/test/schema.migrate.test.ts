@@ -1,5 +1,5 @@
 import { useTestDatabase } from '@outbox/test-harness'
-import { type Kysely, sql } from 'kysely'
+import { type Kysely, sql, type Transaction } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import {
   enqueue,
@@ -23,7 +23,7 @@ const PRODUCER_TABLES = [
 ]
 
 /** Every migration step, in order. */
-const PRODUCER_MIGRATIONS = ['0001_outbox', '0002_lane_claim_token']
+const PRODUCER_MIGRATIONS = ['0001_outbox', '0002_lane_claim_token', '0003_enqueue_function']
 
 /** Every producer table, column, index and constraint of a schema, as the catalog describes them. */
 async function describeSchema(db: Kysely<any>, schema: string) {
@@ -112,6 +112,27 @@ describe('migrate', () => {
     const plan = rows.map((row) => row['QUERY PLAN']).join('\n')
     expect(plan).toContain('outbox_lane_claim_token_idx')
     expect(plan).not.toContain('Seq Scan')
+  })
+
+  it('enqueue on a schema not yet migrated to this version says to migrate, and works once it is', async () => {
+    await migrate(t.db, { schema: 'tenant_stale' })
+    await sql`DROP FUNCTION tenant_stale.outbox_enqueue, tenant_stale.outbox_new_row_due`.execute(t.db)
+    await sql`DELETE FROM tenant_stale.outbox_producer_migration WHERE name = '0003_enqueue_function'`.execute(
+      t.db,
+    )
+    const event = { aggregateType: 'order', aggregateId: '1', eventType: 'order.created', payload: {} }
+    for (const write of [
+      (trx: Transaction<any>) => enqueue(trx, event, { schema: 'tenant_stale' }),
+      (trx: Transaction<any>) => enqueueMany(trx, [event], { schema: 'tenant_stale' }),
+    ]) {
+      await expect(t.db.transaction().execute(write)).rejects.toMatchObject({
+        code: 'ERR_OUTBOX_SCHEMA_OUTDATED',
+        message: expect.stringContaining('outbox migrate'),
+      })
+    }
+    await migrate(t.db, { schema: 'tenant_stale' })
+    const result = await t.db.transaction().execute((trx) => enqueue(trx, event, { schema: 'tenant_stale' }))
+    expect(result.sequence).toBe(1)
   })
 
   it('works end to end in a custom schema and leaves public untouched', async () => {

@@ -63,16 +63,8 @@ export async function insertEvents(
     ), inserted AS (
       INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload, available_at)
       SELECT event_id, aggregate_type, aggregate_id, sequence, event_type, payload,
-        -- Join the lane's due time: behind a head in backoff (or a parked lane) a new row must not look due.
-        CASE WHEN EXISTS (
-          SELECT 1 FROM ${lane} b
-          WHERE b.aggregate_type = input.aggregate_type AND b.aggregate_id = input.aggregate_id
-            AND b.blocked_reason = 'exhausted'
-        ) THEN 'infinity'::timestamptz ELSE greatest(now(), coalesce((
-          SELECT p.available_at FROM ${outbox} p
-          WHERE p.aggregate_type = input.aggregate_type AND p.aggregate_id = input.aggregate_id AND p.status = 'pending'
-          ORDER BY p.sequence DESC LIMIT 1
-        ), now())) END
+        -- Join the lane's due time (the rule lives in one place, the schema's function).
+        ${sql.id(schema, 'outbox_new_row_due')}(input.aggregate_type, input.aggregate_id)
       FROM input
       RETURNING 1
     )
