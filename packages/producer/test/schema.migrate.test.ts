@@ -121,10 +121,11 @@ describe('migrate', () => {
       t.db,
     )
     const event = { aggregateType: 'order', aggregateId: '1', eventType: 'order.created', payload: {} }
-    for (const write of [
-      (trx: Transaction<any>) => enqueue(trx, event, { schema: 'tenant_stale' }),
-      (trx: Transaction<any>) => enqueueMany(trx, [event], { schema: 'tenant_stale' }),
-    ]) {
+    const writes: ((trx: Transaction<any>) => Promise<unknown>)[] = [
+      (trx) => enqueue(trx, event, { schema: 'tenant_stale' }),
+      (trx) => enqueueMany(trx, [event], { schema: 'tenant_stale' }),
+    ]
+    for (const write of writes) {
       await expect(t.db.transaction().execute(write)).rejects.toMatchObject({
         code: 'ERR_OUTBOX_SCHEMA_OUTDATED',
         message: expect.stringContaining('outbox migrate'),
