@@ -70,102 +70,122 @@ function refOf(event: OutboxEvent<unknown>): EventRef {
  * them, so the lane is free again only once its marks are written — but the caller's slot is free at once.
  */
 export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<LaneResult> {
-  const { options, sender, events } = ctx
   const result: LaneResult = { delivered: 0, failed: 0, dead: 0 }
-  const log = { lane: `${lane.aggregateType}:${lane.aggregateId}` }
-  const claimedAt = performance.now()
-  let batch = lane.events
-  delivering: while (true) {
-    for (const row of batch) {
-      if (ctx.stopping()) break delivering
-      if (performance.now() + options.requestTimeoutMs + LEASE_MARGIN_MS > lane.deadline) {
-        options.logger.debug(log, 'lease too short for another request; handing the lane back')
-        break delivering
-      }
-      const event = toEvent(row)
-      const attemptedAt = new Date()
-      let outcome: DeliveryOutcome
-      try {
-        const url = options.endpoint(event)
-        outcome = await sender.send(url, event, buildBody(event, row.payload), ctx.abort)
-      } catch (error) {
-        outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
-      }
-
-      if (outcome.kind === 'success') {
-        ctx.marks.mark({
-          id: row.id,
-          claimToken: lane.claimToken,
-          httpStatus: outcome.httpStatus,
-          deliveryStatus: outcome.deliveryStatus,
-          attemptedAt,
-        })
-        result.delivered += 1
-        if (events.has('delivery:success')) {
-          events.emit('delivery:success', {
-            ...refOf(event),
-            httpStatus: outcome.httpStatus,
-            deliveryStatus: outcome.deliveryStatus,
-            attempts: row.attempts + 1,
-            latencyMs: Date.now() - row.created_at.getTime(),
-          })
-        }
-        if (outcome.deliveryStatus === 'stale_ignored') {
-          options.logger.warn(
-            { ...log, eventId: event.eventId, sequence: event.sequence },
-            'consumer answered stale_ignored',
-          )
-          events.emit('delivery:stale', { ...refOf(event), httpStatus: outcome.httpStatus })
-        }
-        continue
-      }
-
-      if (outcome.kind === 'aborted') break delivering
-
-      // The lane stops here. Write its earlier 2xx marks first: the outcome below releases the lane, and marks
-      // fenced by a released token would be dropped (and their events sent again).
-      if (result.delivered > 0) await ctx.marks.flush()
-      if (outcome.kind === 'conflict') {
-        const parkMs = conflictParkDelay(options.retrySchedule, lane.conflictCount + 1)
-        await parkLane(
-          options.db,
-          options.schema,
-          { claimToken: lane.claimToken, id: row.id, error: outcome.error, attemptedAt },
-          parkMs,
-        )
-        options.logger.warn(
-          { ...log, eventId: event.eventId, sequence: event.sequence },
-          'consumer answered 409; lane parked',
-        )
-        events.emit('lane:blocked', {
-          aggregateType: lane.aggregateType,
-          aggregateId: lane.aggregateId,
-          reason: 'conflict',
-          eventId: event.eventId,
-          retryInMs: parkMs,
-        })
-        return result
-      }
-      const failure: FailedAttempt = {
-        claimToken: lane.claimToken,
-        id: row.id,
-        attempts: row.attempts + 1,
-        httpStatus: outcome.httpStatus,
-        error: outcome.error,
-        attemptedAt,
-      }
-      await settleFailure(ctx, lane, event, failure, outcome.retryAfterMs, result)
-      return result
-    }
-    // A full batch may have more behind it: keep the lane and read on, instead of a release and a new claim.
-    const next = await nextBatch(ctx, lane, batch, claimedAt)
-    if (next.length === 0) break
-    batch = next
-  }
-  // Not awaited: the lane stays leased (no one, this relay included, can claim it) until the release is written in
-  // the same statement as its marks, so its slot can take the next lane now instead of waiting for that write.
-  void ctx.marks.release({ claimToken: lane.claimToken, delivered: result.delivered > 0 })
+  const settled = await deliverInOrder(ctx, lane, result)
+  // A failure's outcome (retry, park, dead letter) has released the lane already. Otherwise the release is not
+  // awaited: the lane stays leased (no one, this relay included, can claim it) until the release is written in
+  // the same statement as its marks, so the slot can take the next lane now instead of waiting for that write.
+  if (!settled) void ctx.marks.release({ claimToken: lane.claimToken, delivered: result.delivered > 0 })
   return result
+}
+
+/** What delivering one row asks of its lane. */
+type RowStep = 'next' | 'hand back' | 'settled'
+
+/**
+ * Sends the lane's rows batch after batch until one is not answered 2xx, the lease or the slice runs short, or
+ * the relay stops. True when a failure's outcome released the lane.
+ */
+async function deliverInOrder(ctx: LaneContext, lane: ClaimedLane, result: LaneResult): Promise<boolean> {
+  const claimedAt = performance.now()
+  const log = { lane: `${lane.aggregateType}:${lane.aggregateId}` }
+  for (let batch = lane.events; batch.length > 0; batch = await nextBatch(ctx, lane, batch, claimedAt)) {
+    for (const row of batch) {
+      const step = await deliverRow(ctx, lane, row, result, log)
+      if (step !== 'next') return step === 'settled'
+    }
+  }
+  return false
+}
+
+/** Sends one row and records its outcome: a 2xx is marked, any other answer settles the lane. */
+async function deliverRow(
+  ctx: LaneContext,
+  lane: ClaimedLane,
+  row: LaneEventRow,
+  result: LaneResult,
+  log: { readonly lane: string },
+): Promise<RowStep> {
+  const { options, sender, events } = ctx
+  if (ctx.stopping()) return 'hand back'
+  if (performance.now() + options.requestTimeoutMs + LEASE_MARGIN_MS > lane.deadline) {
+    options.logger.debug(log, 'lease too short for another request; handing the lane back')
+    return 'hand back'
+  }
+  const event = toEvent(row)
+  const attemptedAt = new Date()
+  let outcome: DeliveryOutcome
+  try {
+    const url = options.endpoint(event)
+    outcome = await sender.send(url, event, buildBody(event, row.payload), ctx.abort)
+  } catch (error) {
+    outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
+  }
+
+  if (outcome.kind === 'success') {
+    ctx.marks.mark({
+      id: row.id,
+      claimToken: lane.claimToken,
+      httpStatus: outcome.httpStatus,
+      deliveryStatus: outcome.deliveryStatus,
+      attemptedAt,
+    })
+    result.delivered += 1
+    if (events.has('delivery:success')) {
+      events.emit('delivery:success', {
+        ...refOf(event),
+        httpStatus: outcome.httpStatus,
+        deliveryStatus: outcome.deliveryStatus,
+        attempts: row.attempts + 1,
+        latencyMs: Date.now() - row.created_at.getTime(),
+      })
+    }
+    if (outcome.deliveryStatus === 'stale_ignored') {
+      options.logger.warn(
+        { ...log, eventId: event.eventId, sequence: event.sequence },
+        'consumer answered stale_ignored',
+      )
+      events.emit('delivery:stale', { ...refOf(event), httpStatus: outcome.httpStatus })
+    }
+    return 'next'
+  }
+
+  if (outcome.kind === 'aborted') return 'hand back'
+
+  // The lane stops here. Write its earlier 2xx marks first: the outcome below releases the lane, and marks
+  // fenced by a released token would be dropped (and their events sent again).
+  if (result.delivered > 0) await ctx.marks.flush()
+  if (outcome.kind === 'conflict') {
+    const parkMs = conflictParkDelay(options.retrySchedule, lane.conflictCount + 1)
+    await parkLane(
+      options.db,
+      options.schema,
+      { claimToken: lane.claimToken, id: row.id, error: outcome.error, attemptedAt },
+      parkMs,
+    )
+    options.logger.warn(
+      { ...log, eventId: event.eventId, sequence: event.sequence },
+      'consumer answered 409; lane parked',
+    )
+    events.emit('lane:blocked', {
+      aggregateType: lane.aggregateType,
+      aggregateId: lane.aggregateId,
+      reason: 'conflict',
+      eventId: event.eventId,
+      retryInMs: parkMs,
+    })
+    return 'settled'
+  }
+  const failure: FailedAttempt = {
+    claimToken: lane.claimToken,
+    id: row.id,
+    attempts: row.attempts + 1,
+    httpStatus: outcome.httpStatus,
+    error: outcome.error,
+    attemptedAt,
+  }
+  await settleFailure(ctx, lane, event, failure, outcome.retryAfterMs, result)
+  return 'settled'
 }
 
 /**
