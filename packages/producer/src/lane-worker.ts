@@ -75,7 +75,7 @@ export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<
   // A failure's outcome (retry, park, dead letter) has released the lane already. Otherwise the release is not
   // awaited: the lane stays leased (no one, this relay included, can claim it) until the release is written in
   // the same statement as its marks, so the slot can take the next lane now instead of waiting for that write.
-  if (!settled) void ctx.marks.release({ claimToken: lane.claimToken, delivered: result.delivered > 0 })
+  if (!settled) ctx.marks.release({ claimToken: lane.claimToken, delivered: result.delivered > 0 })
   return result
 }
 

@@ -34,10 +34,13 @@ export class MarkBuffer {
     this.#schedule(this.#marks.length >= this.maxBatch ? 0 : this.delayMs)
   }
 
-  /** Queues a lane release; resolves once it (and every mark queued before it) is written. */
-  release(release: LaneRelease): Promise<void> {
+  /**
+   * Queues a lane release and starts a flush at once (the lane is claimable again only when it is written). Nobody
+   * waits for it: the lane stays leased until then, and `flush()` is there for whoever must know it landed.
+   */
+  release(release: LaneRelease): void {
     this.#releases.push(release)
-    return this.flush()
+    this.#schedule(0)
   }
 
   /** Writes everything queued so far; resolves when it is written. */
@@ -71,8 +74,9 @@ export class MarkBuffer {
       this.#timer = undefined
       this.#running = this.#run().finally(() => {
         this.#running = undefined
-        if (this.#marks.length > 0 || this.#releases.length > 0)
-          this.#schedule(this.#failures > 0 ? 0 : this.delayMs)
+        // Releases and flush() callers queued during that write go at once; marks alone may wait for company.
+        const urgent = this.#failures > 0 || this.#releases.length > 0 || this.#waiters.length > 0
+        if (this.#marks.length > 0 || this.#releases.length > 0) this.#schedule(urgent ? 0 : this.delayMs)
         else for (const resolve of this.#waiters.splice(0)) resolve()
       })
     }, delayMs)

@@ -232,7 +232,7 @@ export class Relay {
     clearTimeout(abortTimer)
     // Lanes claimed ahead but never started go back untouched, in the same flush as everything else.
     for (const lane of this.#ready.splice(0)) {
-      void this.#marks.release({ claimToken: lane.claimToken, delivered: false })
+      this.#marks.release({ claimToken: lane.claimToken, delivered: false })
     }
     await Promise.race([this.#marks.flush(), sleep(STOP_GRACE_MS)])
     const unflushed = this.#marks.abandon()
@@ -371,7 +371,7 @@ export class Relay {
       const head = lane.events[0]
       if (!head) {
         // Its events were delivered by the previous owner between our claim and our read: just hand it back.
-        void this.#marks.release({ claimToken: lane.claimToken, delivered: false })
+        this.#marks.release({ claimToken: lane.claimToken, delivered: false })
         return { delivered: 0, failed: 0, dead: 0 }
       }
       if (head.attempts >= this.#options.maxAttempts) {
