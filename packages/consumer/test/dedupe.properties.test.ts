@@ -196,9 +196,13 @@ const invalidAttempt: fc.Arbitrary<Attempt> = fc.oneof(
   }),
 )
 
-/** Signs the exact random bytes with the consumer's secret (via standardwebhooks), so only the content is wrong. */
+/**
+ * Signs the exact random bytes with the consumer's secret (via standardwebhooks), so only the content is wrong.
+ * The id signed is the one the consumer will read: HTTP strips a header value's leading and trailing whitespace, so
+ * an event id of " " arrives as an empty webhook-id, and a signature over " " would rightly be a 401.
+ */
 function signAttempt(attempt: Attempt): Attempt {
-  const id = attempt.headers['x-idempotency-key'] || randomUUID()
+  const id = attempt.headers['x-idempotency-key']?.trim() || randomUUID()
   const at = new Date()
   const signature = {
     'webhook-id': id,
