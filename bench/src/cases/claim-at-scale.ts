@@ -1,8 +1,8 @@
 import { migrate } from '@outbox/producer'
 import { Kysely, PostgresDialect, sql } from 'kysely'
 import pg from 'pg'
-// A micro-benchmark of the claim statement itself, below the public API (the claim is not exported; runOnce
-// would add HTTP and marks to what is timed).
+// A micro-benchmark of the claim itself (claim and first read, one function call), below the public API (the
+// claim is not exported; runOnce would add HTTP and marks to what is timed).
 import { claimLanes } from '../../../packages/producer/src/sql/claim-lanes.js'
 import type { BenchContext } from '../support/context.js'
 import { installOutbox } from '../support/outbox.js'
@@ -15,6 +15,8 @@ const BACKOFF_LANES = 10_000
 /** What the relay asks for at its default concurrency (16 lanes, scanning 64 rows per lane wanted). */
 const LANES = 16
 const SCAN_ROWS = 1024
+/** The relay's default batch size: each claimed lane's first rows are read in the same call. */
+const BATCH = 200
 
 type Scenario = 'pending alone' | 'with sent rows' | 'with backoff lanes'
 
@@ -73,7 +75,7 @@ async function claimLoop(db: Kysely<any>, count: number): Promise<number[]> {
   const latencies: number[] = []
   for (let i = 0; i < count; i++) {
     const t0 = now()
-    const rows = await claimLanes(db, 'public', LANES, 60_000, SCAN_ROWS)
+    const rows = await claimLanes(db, 'public', LANES, 60_000, SCAN_ROWS, BATCH)
     latencies.push(now() - t0)
     if (rows.length !== LANES) throw new Error(`claimed ${rows.length} lanes, expected ${LANES}`)
     const tokens = rows.map((row) => row.claim_token)
@@ -84,40 +86,55 @@ async function claimLoop(db: Kysely<any>, count: number): Promise<number[]> {
   return latencies
 }
 
-/** EXPLAIN ANALYZE of one claim (rolled back), for the record: execution time and the plan's top lines. */
+/** One node of a JSON plan, as auto_explain logs it. */
+interface PlanNode {
+  'Node Type': string
+  'Relation Name'?: string
+  'Index Name'?: string
+  'Actual Rows'?: number
+  'Actual Loops'?: number
+  'Actual Total Time'?: number
+  'Shared Hit Blocks'?: number
+  Plans?: PlanNode[]
+}
+
+/** A plan as indented lines: node, relation or index, rows × loops, time and buffers. */
+function renderPlan(node: PlanNode, depth = 0): string[] {
+  const target = node['Index Name'] ?? node['Relation Name']
+  const line =
+    `${'  '.repeat(depth)}${depth > 0 ? '-> ' : ''}${node['Node Type']}${target ? ` on ${target}` : ''}` +
+    ` (rows=${node['Actual Rows']} loops=${node['Actual Loops']} time=${node['Actual Total Time']} ms` +
+    ` hit=${node['Shared Hit Blocks']})`
+  return [line, ...(node.Plans ?? []).flatMap((child) => renderPlan(child, depth + 1))]
+}
+
+/**
+ * The plans of one claim (rolled back), for the record: the claim runs inside the schema's function, so its
+ * statements' plans come from auto_explain (nested statements, analyzed, JSON) as LOG messages sent to this
+ * client. Returns the duration and plan of the claiming statement (the one that locks lane rows).
+ */
 async function explainClaim(url: string): Promise<{ executionMs: number; plan: string[] }> {
-  let captured: { sql: string; parameters: readonly unknown[] } | undefined
-  const pool = new pg.Pool({ connectionString: url, max: 1 })
-  const db = new Kysely<any>({
-    dialect: new PostgresDialect({ pool }),
-    log: (event) => {
-      if (event.query.sql.includes('FOR UPDATE OF l SKIP LOCKED')) {
-        captured ??= { sql: event.query.sql, parameters: event.query.parameters }
-      }
-    },
-  })
-  try {
-    await db.transaction().execute(async (trx) => {
-      await claimLanes(trx, 'public', LANES, 60_000, SCAN_ROWS)
-      throw new Error('rollback')
-    })
-  } catch {
-    // rolled back on purpose
-  }
-  await db.destroy()
-  if (!captured) throw new Error('no claim statement captured')
   const client = new pg.Client({ connectionString: url })
+  const logged: string[] = []
+  client.on('notice', (notice) => {
+    if (notice.message) logged.push(notice.message)
+  })
   await client.connect()
   try {
+    await client.query(`LOAD 'auto_explain'`)
+    await client.query(`SET auto_explain.log_min_duration = 0; SET auto_explain.log_analyze = on;
+      SET auto_explain.log_buffers = on; SET auto_explain.log_nested_statements = on;
+      SET auto_explain.log_format = json; SET client_min_messages = log`)
     await client.query('BEGIN')
-    const { rows } = await client.query<{ 'QUERY PLAN': string }>(
-      `EXPLAIN (ANALYZE, BUFFERS) ${captured.sql}`,
-      captured.parameters as unknown[],
-    )
+    await client.query('SELECT * FROM outbox_claim_lanes($1, $2, $3, $4)', [LANES, 60_000, SCAN_ROWS, BATCH])
     await client.query('ROLLBACK')
-    const plan = rows.map((row) => row['QUERY PLAN'])
-    const execution = plan.find((line) => line.startsWith('Execution Time'))
-    return { executionMs: Number(execution?.match(/[\d.]+/)?.[0] ?? Number.NaN), plan }
+    const claim = logged.find((message) => message.includes('"LockRows"'))
+    if (!claim) throw new Error(`auto_explain logged no claim plan (${logged.length} messages)`)
+    const { Plan } = JSON.parse(claim.slice(claim.indexOf('{'))) as { Plan: PlanNode }
+    return {
+      executionMs: Number(claim.match(/duration: ([\d.]+) ms/)?.[1] ?? Number.NaN),
+      plan: renderPlan(Plan),
+    }
   } finally {
     await client.end()
   }

@@ -3,6 +3,7 @@ import type { Transaction } from 'kysely'
 import { OutboxError } from './errors.js'
 import { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput, validateEvent } from './event-input.js'
 import { notifyChannel, resolveSchema } from './schema-name.js'
+import { withCurrentSchema } from './schema-outdated.js'
 import { type EnqueuedEvent, insertEvent } from './sql/insert-event.js'
 import { insertEvents } from './sql/insert-events.js'
 
@@ -23,26 +24,6 @@ function assertTransaction(trx: unknown): asserts trx is Transaction<any> {
       'ERR_OUTBOX_NOT_A_TRANSACTION',
       'enqueue needs the Kysely transaction of your business write (db.transaction().execute(async (trx) => enqueue(trx, …))); a plain Kysely instance would commit the event on its own and reopen the dual-write bug',
     )
-  }
-}
-
-/**
- * Turns "function does not exist" from a schema migrated by an older version into an error that says what to do;
- * anything else is rethrown as it is.
- */
-async function withCurrentSchema<T>(schema: string, write: () => Promise<T>): Promise<T> {
-  try {
-    return await write()
-  } catch (error) {
-    const { code, message } = error as { code?: unknown; message?: unknown }
-    if (code === '42883' && typeof message === 'string' && message.includes('outbox_')) {
-      throw new OutboxError(
-        'ERR_OUTBOX_SCHEMA_OUTDATED',
-        `the outbox tables in schema "${schema}" are older than this @outbox/producer: run its migrations (\`outbox migrate\` or migrate(db)) before enqueueing`,
-        { cause: error },
-      )
-    }
-    throw error
   }
 }
 

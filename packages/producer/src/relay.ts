@@ -12,10 +12,10 @@ import { MarkBuffer } from './mark-buffer.js'
 import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
 import { notifyChannel } from './schema-name.js'
+import { withCurrentSchema } from './schema-outdated.js'
 import { claimLanes } from './sql/claim-lanes.js'
 import { countTakeoverAttempts } from './sql/count-takeover-attempts.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
-import { selectLaneEvents } from './sql/select-lane-events.js'
 
 /** What one {@link Relay.runOnce} did. */
 export interface RunOnceResult {
@@ -321,14 +321,10 @@ export class Relay {
     const { db, schema, leaseMs, batchSize } = this.#options
     // Taken before the claim is sent: the local deadline can only be earlier than the database's.
     const deadline = performance.now() + leaseMs
-    const rows = await claimLanes(db, schema, lanes, leaseMs, Math.max(lanes * SCAN_ROWS_PER_LANE, 256))
-    if (rows.length === 0) return []
-    const events = await selectLaneEvents(
-      db,
-      schema,
-      rows.map((row) => row.claim_token),
-      batchSize,
+    const rows = await withCurrentSchema(schema, () =>
+      claimLanes(db, schema, lanes, leaseMs, Math.max(lanes * SCAN_ROWS_PER_LANE, 256), batchSize),
     )
+    if (rows.length === 0) return []
     const byToken = new Map<string, ClaimedLane>()
     for (const row of rows) {
       byToken.set(row.claim_token, {
@@ -337,10 +333,9 @@ export class Relay {
         claimToken: row.claim_token,
         conflictCount: row.conflict_count,
         deadline,
-        events: [],
+        events: row.events,
       })
     }
-    for (const event of events) byToken.get(event.claim_token)?.events.push(event)
     const takenOver = rows.filter(
       (row) => row.taken_over && (byToken.get(row.claim_token)?.events.length ?? 0) > 0,
     )

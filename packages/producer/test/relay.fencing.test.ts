@@ -24,29 +24,56 @@ describe('claims, leases and fencing', () => {
     await seedEvents(t.db, ['f-1'], 3)
     const [first, second] = [t.connect({ max: 2 }), t.connect({ max: 2 })]
     const [a, b] = await Promise.all([
-      claimLanes(first, 'public', 10, 60_000, 256),
-      claimLanes(second, 'public', 10, 60_000, 256),
+      claimLanes(first, 'public', 10, 60_000, 256, 10),
+      claimLanes(second, 'public', 10, 60_000, 256, 10),
     ])
     expect([...a, ...b].filter((lane) => lane.aggregate_id === 'f-1')).toHaveLength(1)
-    expect(await claimLanes(t.db, 'public', 10, 60_000, 256)).toEqual([])
+    expect(await claimLanes(t.db, 'public', 10, 60_000, 256, 10)).toEqual([])
     await sql`UPDATE outbox_lane SET leased_until = now() - interval '1 second' WHERE aggregate_id = 'f-1'`.execute(
       t.db,
     )
-    const [takeover] = await claimLanes(t.db, 'public', 10, 60_000, 256)
+    const [takeover] = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
     expect(takeover).toMatchObject({ aggregate_id: 'f-1', taken_over: true })
+  })
+
+  it('a claim reads each lane from its head, at most batchSize rows in sequence order, under the lane token', async () => {
+    await seedEvents(t.db, ['r-1', 'r-2'], 5)
+    // r-1's first two rows were sent by an earlier owner: its head is sequence 3.
+    await sql`UPDATE outbox SET status = 'sent', sent_at = now() WHERE aggregate_id = 'r-1' AND sequence <= 2`.execute(
+      t.db,
+    )
+    const claimed = await claimLanes(t.db, 'public', 10, 60_000, 256, 2)
+    const lanes = new Map(claimed.map((lane) => [lane.aggregate_id, lane]))
+    expect([...lanes.keys()].sort()).toEqual(['r-1', 'r-2'])
+    for (const lane of claimed) {
+      expect(lane.events.every((event) => event.claim_token === lane.claim_token)).toBe(true)
+      expect(lane.events.every((event) => event.aggregate_id === lane.aggregate_id)).toBe(true)
+      expect(lane).toMatchObject({ taken_over: false, conflict_count: 0 })
+    }
+    expect(lanes.get('r-1')!.events.map((event) => Number(event.sequence))).toEqual([3, 4])
+    expect(lanes.get('r-2')!.events.map((event) => Number(event.sequence))).toEqual([1, 2])
+    expect(lanes.get('r-2')!.events[0]).toMatchObject({ event_type: 'order.updated', attempts: 0 })
+    expect(JSON.parse(lanes.get('r-2')!.events[0]!.payload)).toEqual({ id: 'r-2', n: 0 })
+    // The next rows after a full batch, as a lane that reads on gets them.
+    const r1 = lanes.get('r-1')!
+    const next = await selectLaneEvents(t.db, 'public', [r1.claim_token], 2, r1.events[1]!.sequence)
+    expect(next.map((event) => Number(event.sequence))).toEqual([5])
   })
 
   it("after a takeover, the late worker's marks, releases, retries, parks and dead letters change nothing", async () => {
     await seedEvents(t.db, ['f-2'], 2)
-    const [late] = await claimLanes(t.db, 'public', 1, 60_000, 256)
-    const events = await selectLaneEvents(t.db, 'public', [late!.claim_token], 10)
+    const [late] = await claimLanes(t.db, 'public', 1, 60_000, 256, 10)
+    const events = late!.events
     expect(events.map((event) => Number(event.sequence))).toEqual([1, 2])
     // The late worker hangs; its lease expires and a new worker takes the lane over.
     await sql`UPDATE outbox_lane SET leased_until = now() - interval '1 second' WHERE aggregate_id = 'f-2'`.execute(
       t.db,
     )
-    const [owner] = await claimLanes(t.db, 'public', 1, 60_000, 256)
+    const [owner] = await claimLanes(t.db, 'public', 1, 60_000, 256, 10)
     expect(owner!.claim_token).not.toBe(late!.claim_token)
+    expect(owner!.events.map((event) => event.id)).toEqual(events.map((event) => event.id))
+    // Reading on past a batch is fenced too: the late worker's token reads nothing.
+    expect(await selectLaneEvents(t.db, 'public', [late!.claim_token], 10, '0')).toEqual([])
 
     const now = new Date()
     const staleMark = {

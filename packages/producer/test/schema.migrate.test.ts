@@ -8,6 +8,7 @@ import {
   PRODUCER_MIGRATION_TABLE,
   producerMigrationSql,
   prune,
+  Relay,
   stats,
 } from '../src/index.js'
 
@@ -23,7 +24,12 @@ const PRODUCER_TABLES = [
 ]
 
 /** Every migration step, in order. */
-const PRODUCER_MIGRATIONS = ['0001_outbox', '0002_lane_claim_token', '0003_enqueue_function']
+const PRODUCER_MIGRATIONS = [
+  '0001_outbox',
+  '0002_lane_claim_token',
+  '0003_enqueue_function',
+  '0004_claim_function',
+]
 
 /** Every producer table, column, index and constraint of a schema, as the catalog describes them. */
 async function describeSchema(db: Kysely<any>, schema: string) {
@@ -116,10 +122,10 @@ describe('migrate', () => {
 
   it('enqueue on a schema not yet migrated to this version says to migrate, and works once it is', async () => {
     await migrate(t.db, { schema: 'tenant_stale' })
+    // As the second release left it: no enqueue functions (nor anything later).
     await sql`DROP FUNCTION tenant_stale.outbox_enqueue, tenant_stale.outbox_new_row_due`.execute(t.db)
-    await sql`DELETE FROM tenant_stale.outbox_producer_migration WHERE name = '0003_enqueue_function'`.execute(
-      t.db,
-    )
+    await sql`DROP FUNCTION tenant_stale.outbox_claim_lanes`.execute(t.db)
+    await sql`DELETE FROM tenant_stale.outbox_producer_migration WHERE name >= '0003'`.execute(t.db)
     const event = { aggregateType: 'order', aggregateId: '1', eventType: 'order.created', payload: {} }
     const writes: ((trx: Transaction<any>) => Promise<unknown>)[] = [
       (trx) => enqueue(trx, event, { schema: 'tenant_stale' }),
@@ -134,6 +140,22 @@ describe('migrate', () => {
     await migrate(t.db, { schema: 'tenant_stale' })
     const result = await t.db.transaction().execute((trx) => enqueue(trx, event, { schema: 'tenant_stale' }))
     expect(result.sequence).toBe(1)
+  })
+
+  it('a relay on a schema not yet migrated to this version says to migrate, and claims once it is', async () => {
+    await migrate(t.db, { schema: 'tenant_stale_relay' })
+    await sql`DROP FUNCTION tenant_stale_relay.outbox_claim_lanes`.execute(t.db)
+    await sql`DELETE FROM tenant_stale_relay.outbox_producer_migration WHERE name = '0004_claim_function'`.execute(
+      t.db,
+    )
+    // Nothing is pending, so the endpoint is never called: only the claim runs.
+    const relay = new Relay({ db: t.db, schema: 'tenant_stale_relay', endpoint: 'http://127.0.0.1:9/hooks' })
+    await expect(relay.runOnce()).rejects.toMatchObject({
+      code: 'ERR_OUTBOX_SCHEMA_OUTDATED',
+      message: expect.stringContaining('outbox migrate'),
+    })
+    await migrate(t.db, { schema: 'tenant_stale_relay' })
+    expect(await relay.runOnce()).toEqual({ delivered: 0, failed: 0, dead: 0 })
   })
 
   it('works end to end in a custom schema and leaves public untouched', async () => {

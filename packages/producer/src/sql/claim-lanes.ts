@@ -1,6 +1,7 @@
 import { type Kysely, sql } from 'kysely'
+import type { LaneEventRow } from './select-lane-events.js'
 
-/** A lane this relay now owns. */
+/** A lane this relay now owns, with its first rows. */
 export interface ClaimedLaneRow {
   aggregate_type: string
   aggregate_id: string
@@ -9,12 +10,21 @@ export interface ClaimedLaneRow {
   taken_over: boolean
   /** Consecutive 409 parks so far, for the growing park delay. */
   conflict_count: number
+  /** The head and up to `batchSize - 1` rows behind it, in sequence order; none if all were sent meanwhile. */
+  events: LaneEventRow[]
+}
+
+/** One row of `outbox_claim_lanes`: a claimed lane, with one of its events or (when it has none) nulls. */
+type ClaimRow = Omit<ClaimedLaneRow, 'events'> & {
+  [K in Exclude<keyof LaneEventRow, keyof ClaimedLaneRow>]: LaneEventRow[K] | null
 }
 
 /**
- * Claims up to `lanes` free lanes whose head is due, under a fresh token and a lease in DATABASE time.
+ * Claims up to `lanes` free lanes whose head is due, under a fresh token and a lease in DATABASE time, and reads
+ * each one's head and the rows behind it — one call of the schema's `outbox_claim_lanes` (migration 0004), whose
+ * plans PostgreSQL keeps per connection.
  *
- * Shape, and the races it closes:
+ * Shape of the claim, and the races it closes:
  * - Candidates come from the due index (`available_at <= now()` over pending rows), skipping rows of lanes under
  *   a live lease, so lanes waiting in backoff are never scanned and in-flight lanes cost one probe per row.
  * - The head (lowest pending sequence) is computed BEFORE any due filter: a lane whose head waits in backoff is
@@ -29,6 +39,9 @@ export interface ClaimedLaneRow {
  *   the head check for EVERY candidate — up to `scanRows` of them, ~1,000 index probes per claim even for one
  *   lane — and sorted afterwards. Oldest-due-first is thus kept by the plan (candidates drive the join), not
  *   promised by SQL; it only decides which due lanes go first, never whether a lane may be claimed.
+ * - The rows are read by a second statement in the function: under READ COMMITTED it takes a fresh snapshot, so
+ *   rows that the lane's previous owner marked sent just before our claim are not sent again, while the claimed
+ *   lane rows stay locked by us until the call commits.
  */
 export async function claimLanes(
   db: Kysely<any>,
@@ -36,46 +49,40 @@ export async function claimLanes(
   lanes: number,
   leaseMs: number,
   scanRows: number,
+  batchSize: number,
 ): Promise<ClaimedLaneRow[]> {
-  const outbox = sql.id(schema, 'outbox')
-  const lane = sql.id(schema, 'outbox_lane')
-  const { rows } = await sql<ClaimedLaneRow>`
-    WITH due AS (
-      SELECT o.aggregate_type, o.aggregate_id, min(o.available_at) AS first_due
-      FROM (
-        SELECT aggregate_type, aggregate_id, available_at FROM ${outbox} o
-        WHERE o.status = 'pending' AND o.available_at <= now()
-          AND NOT EXISTS (
-            SELECT 1 FROM ${lane} busy
-            WHERE busy.aggregate_type = o.aggregate_type AND busy.aggregate_id = o.aggregate_id
-              AND ((busy.claim_token IS NOT NULL AND busy.leased_until > now()) OR busy.blocked_reason = 'exhausted')
-          )
-        ORDER BY o.available_at
-        LIMIT ${scanRows}
-      ) o
-      GROUP BY o.aggregate_type, o.aggregate_id
-    ), picked AS (
-      SELECT l.aggregate_type, l.aggregate_id, (l.claim_token IS NOT NULL) AS taken_over
-      FROM (SELECT due.aggregate_type, due.aggregate_id FROM due ORDER BY due.first_due) d
-      JOIN ${lane} l ON l.aggregate_type = d.aggregate_type AND l.aggregate_id = d.aggregate_id
-      WHERE (l.claim_token IS NULL OR l.leased_until <= now())
-        AND l.blocked_reason IS DISTINCT FROM 'exhausted'
-        AND (
-          SELECT head.available_at FROM ${outbox} head
-          WHERE head.aggregate_type = l.aggregate_type AND head.aggregate_id = l.aggregate_id
-            AND head.status = 'pending'
-          ORDER BY head.sequence
-          LIMIT 1
-        ) <= now()
-      LIMIT ${lanes}
-      FOR UPDATE OF l SKIP LOCKED
-    )
-    UPDATE ${lane} l
-    SET claim_token = gen_random_uuid(), leased_until = now() + ${leaseMs} * interval '1 millisecond'
-    FROM picked
-    WHERE l.aggregate_type = picked.aggregate_type AND l.aggregate_id = picked.aggregate_id
-    RETURNING l.aggregate_type, l.aggregate_id, l.claim_token, picked.taken_over, l.conflict_count`.execute(
+  const { rows } = await sql<ClaimRow>`
+    SELECT * FROM ${sql.id(schema, 'outbox_claim_lanes')}(${lanes}, ${leaseMs}, ${scanRows}, ${batchSize})`.execute(
     db,
   )
-  return rows
+  // Rows come lane by lane, each lane's in sequence order.
+  const claimed: ClaimedLaneRow[] = []
+  let lane: ClaimedLaneRow | undefined
+  for (const row of rows) {
+    if (lane?.claim_token !== row.claim_token) {
+      lane = {
+        aggregate_type: row.aggregate_type,
+        aggregate_id: row.aggregate_id,
+        claim_token: row.claim_token,
+        taken_over: row.taken_over,
+        conflict_count: row.conflict_count,
+        events: [],
+      }
+      claimed.push(lane)
+    }
+    if (row.id === null) continue
+    lane.events.push({
+      id: row.id,
+      claim_token: row.claim_token,
+      event_id: row.event_id!,
+      aggregate_type: row.aggregate_type,
+      aggregate_id: row.aggregate_id,
+      sequence: row.sequence!,
+      event_type: row.event_type!,
+      payload: row.payload!,
+      created_at: row.created_at!,
+      attempts: row.attempts!,
+    })
+  }
+  return claimed
 }

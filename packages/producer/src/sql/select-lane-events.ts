@@ -16,13 +16,12 @@ export interface LaneEventRow {
 }
 
 /**
- * Reads the head and up to `batchSize - 1` rows behind it for each claimed lane, in sequence order — or, with
- * `afterSequence`, the next rows of a lane its owner goes on delivering (sequence order makes them contiguous).
+ * Reads the next rows of a lane its owner goes on delivering past a full batch: up to `batchSize` pending rows
+ * after `afterSequence`, in sequence order (contiguous, since sequence order is delivery order). The claim reads a
+ * lane's first rows itself (`claimLanes`); without `afterSequence` this reads from the head.
  *
- * A separate statement from the claim on purpose: under READ COMMITTED it takes a fresh snapshot, so rows that the
- * lane's previous owner marked sent just before our claim are not sent again. Fenced by the claim token, so a
- * lane lost in between yields nothing. The payload is read as text: the relay splices it into the body without a
- * parse/serialise round trip.
+ * Fenced by the claim token, so a lane lost in between yields nothing. The payload is read as text: the relay
+ * splices it into the body without a parse/serialise round trip.
  */
 export async function selectLaneEvents(
   db: Kysely<any>,
