@@ -76,6 +76,14 @@ export class Relay {
   #stopping: Promise<void> | undefined
   #wake: (() => void) | undefined
   #wakeRequested = false
+  /** NOTIFYs received so far; the mark writer compares it across a write (see the constructor). */
+  #notifications = 0
+  /**
+   * True when the claim loop last stopped for lack of room (slots and ready queue full, or its claim came back
+   * full): a lane that finishes should wake it. Otherwise the database had no more due lanes, and a finishing lane
+   * changes nothing a NOTIFY or a release would not announce — waking then only costs an empty claim.
+   */
+  #roomBound = false
   #closed = false
   #listener: Listener | undefined
   #metrics: Promise<RelayMetrics> | undefined
@@ -91,9 +99,19 @@ export class Relay {
     })
     this.#marks = new MarkBuffer(
       async (marks, releases) => {
-        const { released } = await markSentAndRelease(this.#options.db, this.#options.schema, marks, releases)
-        // A released lane with more due events is claimable now; the claim loop may be waiting for a poll.
-        if (released > 0) this.#requestWake()
+        const notifiedBefore = this.#notifications
+        const { released, releasedWithWork } = await markSentAndRelease(
+          this.#options.db,
+          this.#options.schema,
+          marks,
+          releases,
+        )
+        // A released lane with pending rows is claimable now, and the claim loop may be waiting for a poll. The
+        // count misses rows committed while the statement ran; their NOTIFY may have found the lane still leased,
+        // so a NOTIFY received during the write wakes the loop too. Releasing lanes with nothing left wakes no one:
+        // at a steady trickle that saved an empty claim per event.
+        if (releasedWithWork > 0 || (released > 0 && this.#notifications !== notifiedBefore))
+          this.#requestWake()
       },
       (error) => this.#reportError(error, 'flush'),
     )
@@ -166,7 +184,10 @@ export class Relay {
       this.#listener = new Listener(
         listen,
         notifyChannel(schema),
-        () => this.#requestWake(),
+        () => {
+          this.#notifications += 1
+          this.#requestWake()
+        },
         logger,
         (error) => this.#events.emit('relay:error', { error, during: 'listen' }),
       )
@@ -278,7 +299,8 @@ export class Relay {
       }
       if (this.#state !== 'running') break
       // A full claim may leave more due lanes behind it: go again at once. Otherwise wait for a lane to finish
-      // (a slot frees up), a NOTIFY, or the poll interval.
+      // (when room was what stopped us), a NOTIFY, a release with work left, or the poll interval.
+      this.#roomBound = wanted <= 0 || claimed === wanted || (wanted < refillAt && !slotFree)
       if (wanted > 0 && claimed === wanted) continue
       await this.#idle(pollIntervalMs)
     }
@@ -294,7 +316,7 @@ export class Relay {
       void work.finally(() => {
         this.#active.delete(work)
         this.#startReady()
-        this.#requestWake()
+        if (this.#roomBound) this.#requestWake()
       })
     }
   }

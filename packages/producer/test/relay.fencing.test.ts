@@ -93,6 +93,7 @@ describe('claims, leases and fencing', () => {
     ).toEqual({
       marked: 0,
       released: 0,
+      releasedWithWork: 0,
     })
     const failure = {
       claimToken: late!.claim_token,
@@ -141,7 +142,34 @@ describe('claims, leases and fencing', () => {
     ).toEqual({
       marked: 1,
       released: 1,
+      // Sequence 2 is still pending: the lane is claimable at once.
+      releasedWithWork: 1,
     })
     expect(await laneRow('f-2')).toMatchObject({ claim_token: null, leased_until: null })
+  })
+
+  it('a release says whether its lane has work left, counting rows marked in the same statement as done', async () => {
+    await seedEvents(t.db, ['w-1', 'w-2'], 2)
+    const claimed = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
+    const byId = new Map(claimed.map((lane) => [lane.aggregate_id, lane]))
+    const marksOf = (aggregateId: string, count: number) =>
+      byId
+        .get(aggregateId)!
+        .events.slice(0, count)
+        .map((event) => ({
+          id: event.id,
+          claimToken: event.claim_token,
+          httpStatus: 200,
+          deliveryStatus: 'applied',
+          attemptedAt: new Date(),
+        }))
+    // w-1: both rows marked in this very statement, so nothing is left; w-2: one of two, so its lane has work.
+    const result = await markSentAndRelease(
+      t.db,
+      'public',
+      [...marksOf('w-1', 2), ...marksOf('w-2', 1)],
+      ['w-1', 'w-2'].map((id) => ({ claimToken: byId.get(id)!.claim_token, delivered: true })),
+    )
+    expect(result).toEqual({ marked: 3, released: 2, releasedWithWork: 1 })
   })
 })

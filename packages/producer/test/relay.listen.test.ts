@@ -3,7 +3,7 @@ import { sql } from 'kysely'
 import pg from 'pg'
 import { describe, expect, it } from 'vitest'
 import { enqueue, Relay, silentLogger } from '../src/index.js'
-import { waitFor } from './support.js'
+import { deferred, waitFor } from './support.js'
 
 const t = useTestDatabase()
 
@@ -52,6 +52,39 @@ describe('LISTEN/NOTIFY wake-ups', () => {
     } finally {
       await relay.stop()
       await sink.close()
+    }
+  })
+
+  it('an event enqueued while its lane is in flight goes out as soon as the lane is released, not at the next poll', async () => {
+    // The NOTIFY of the second event finds its lane leased; what brings it out is the release reporting work left.
+    for (const listen of [false, { connectionString: t.url }] as const) {
+      const id = listen ? 'busy-listen' : 'busy-poll'
+      const first = deferred()
+      const sink = await startSink(async (request) => {
+        if (request.json?.sequence === 1) await first.promise
+        return { status: 200, body: { status: 'applied' } }
+      })
+      const relay = new Relay({
+        db: t.db,
+        endpoint: sink.url,
+        pollIntervalMs: 10_000,
+        listen,
+        logger: silentLogger,
+      })
+      try {
+        await enqueueOne(id)
+        await relay.start()
+        await waitFor(() => sink.requests.length === 1, 'the first event to be in flight', 2000)
+        await enqueueOne(id)
+        first.resolve()
+        const answered = performance.now()
+        await waitFor(() => sink.requests.length === 2, 'the second event', 2000)
+        expect(sink.requests.map((request) => request.json.sequence)).toEqual([1, 2])
+        expect(sink.requests[1]!.at - answered).toBeLessThan(500)
+      } finally {
+        await relay.stop()
+        await sink.close()
+      }
     }
   })
 

@@ -39,6 +39,8 @@ type ClaimRow = Omit<ClaimedLaneRow, 'events'> & {
  *   the head check for EVERY candidate — up to `scanRows` of them, ~1,000 index probes per claim even for one
  *   lane — and sorted afterwards. Oldest-due-first is thus kept by the plan (candidates drive the join), not
  *   promised by SQL; it only decides which due lanes go first, never whether a lane may be claimed.
+ * - The function commits asynchronously and with generic plans (see migration 0004 for why that is safe), so it
+ *   must be called in a transaction of its own, as the relay does: both settings last until that commit.
  * - The rows are read by a second statement in the function: under READ COMMITTED it takes a fresh snapshot, so
  *   rows that the lane's previous owner marked sent just before our claim are not sent again, while the claimed
  *   lane rows stay locked by us until the call commits.

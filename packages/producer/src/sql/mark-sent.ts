@@ -15,6 +15,16 @@ export interface LaneRelease {
   readonly delivered: boolean
 }
 
+/** What one {@link markSentAndRelease} wrote. */
+export interface MarkSentResult {
+  /** Rows marked sent (fenced marks excluded). */
+  readonly marked: number
+  /** Lanes released. */
+  readonly released: number
+  /** Released lanes that still hold pending rows: claimable now, so worth waking the claim loop for. */
+  readonly releasedWithWork: number
+}
+
 /**
  * Records a batch of 2xx answers and releases finished lanes in ONE statement (one transaction).
  *
@@ -22,16 +32,22 @@ export interface LaneRelease {
  * with delivered rows still pending (which would send them again). Why batched: one UPDATE over `unnest` arrays
  * replaces a transaction per event (≈ 5× the throughput). Every write is fenced by the claim token: a relay whose
  * lease was taken over can neither mark nor release the new owner's lane.
+ *
+ * It also counts the released lanes that still hold pending rows (events enqueued while the lane was leased, or
+ * a hot lane's next batch), so the relay wakes its claim loop for those alone rather than after every release.
+ * All parts of one statement read the same snapshot, so the rows this statement marks still look pending to that
+ * count: they are excluded by id. The count cannot see rows committed after the statement began; the relay covers
+ * those with the NOTIFY that their enqueue sent (see the relay's mark writer).
  */
 export async function markSentAndRelease(
   db: Kysely<any>,
   schema: string,
   marks: readonly SentMark[],
   releases: readonly LaneRelease[],
-): Promise<{ marked: number; released: number }> {
+): Promise<MarkSentResult> {
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
-  const { rows } = await sql<{ marked: string; released: string }>`
+  const { rows } = await sql<{ marked: string; released: string; released_with_work: string }>`
     WITH m AS (
       SELECT * FROM unnest(
         ${marks.map((mark) => mark.id)}::bigint[], ${marks.map((mark) => mark.claimToken)}::uuid[],
@@ -57,8 +73,17 @@ export async function markSentAndRelease(
           conflict_count = CASE WHEN r.delivered THEN 0 ELSE l.conflict_count END
       FROM r
       WHERE l.claim_token = r.claim_token
-      RETURNING 1
+      RETURNING l.aggregate_type, l.aggregate_id
     )
-    SELECT (SELECT count(*) FROM marked) AS marked, (SELECT count(*) FROM released) AS released`.execute(db)
-  return { marked: Number(rows[0]?.marked ?? 0), released: Number(rows[0]?.released ?? 0) }
+    SELECT (SELECT count(*) FROM marked) AS marked, (SELECT count(*) FROM released) AS released,
+      (SELECT count(*) FROM released rl WHERE EXISTS (
+        SELECT 1 FROM ${outbox} o
+        WHERE o.aggregate_type = rl.aggregate_type AND o.aggregate_id = rl.aggregate_id AND o.status = 'pending'
+          AND o.id NOT IN (SELECT m.id FROM m)
+      )) AS released_with_work`.execute(db)
+  return {
+    marked: Number(rows[0]?.marked ?? 0),
+    released: Number(rows[0]?.released ?? 0),
+    releasedWithWork: Number(rows[0]?.released_with_work ?? 0),
+  }
 }
