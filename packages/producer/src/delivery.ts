@@ -6,8 +6,9 @@ import {
   type SigningKey,
   signWebhook,
 } from '@outbox/protocol'
-import { Agent, request } from 'undici'
+import { Agent } from 'undici'
 import { parseRetryAfter } from './retry-policy.js'
+import { type AbortableRequest, postWebhook } from './webhook-request.js'
 
 /** How one webhook request ended, as the relay acts on it. */
 export type DeliveryOutcome =
@@ -49,8 +50,14 @@ export class WebhookSender {
   readonly #keys: readonly SigningKey[]
   readonly #timeoutMs: number
   /** Requests in flight, so one listener on the caller's `abort` signal cuts them all short. */
-  readonly #inFlight = new Set<AbortController>()
+  readonly #inFlight = new Set<AbortableRequest>()
   readonly #watched = new WeakSet<AbortSignal>()
+  /** The last endpoint parsed: one relay nearly always posts to one URL, and parsing it per request is waste. */
+  #lastUrl: { readonly text: string; readonly parsed: URL } | undefined
+  readonly #track = (request: AbortableRequest) => {
+    this.#inFlight.add(request)
+    return () => this.#inFlight.delete(request)
+  }
 
   constructor(options: { keys: readonly SigningKey[]; timeoutMs: number; connections: number }) {
     this.#keys = options.keys
@@ -75,44 +82,36 @@ export class WebhookSender {
       Object.assign(headers, signWebhook(this.#keys, { eventId: event.eventId, body }))
     if (abort?.aborted) return { kind: 'aborted' }
     if (abort) this.#watch(abort)
-    // A plain controller and timer per request: `AbortSignal.timeout` + `AbortSignal.any` cost ~5% of the relay's
-    // CPU on a fast endpoint (weak references and a finalization registry per request).
-    const controller = new AbortController()
-    let timedOut = false
-    const timer = setTimeout(() => {
-      timedOut = true
-      controller.abort()
-    }, this.#timeoutMs)
-    this.#inFlight.add(controller)
-    try {
-      const response = await request(url, {
-        method: 'POST',
-        headers,
-        body,
-        signal: controller.signal,
-        dispatcher: this.#agent,
-      })
-      const status = response.statusCode
-      const text = await response.body.text()
-      if (status >= 200 && status < 300)
-        return { kind: 'success', httpStatus: status, deliveryStatus: readStatus(text) }
-      const error = `HTTP ${status}: ${text.slice(0, MAX_ERROR_BODY)}`
-      if (status === 409) return { kind: 'conflict', httpStatus: 409, error }
-      const retryAfterMs =
-        status === 429 || status === 503
-          ? parseRetryAfter(response.headers['retry-after'] as string | undefined)
-          : undefined
-      return retryAfterMs === undefined
-        ? { kind: 'failure', httpStatus: status, error }
-        : { kind: 'failure', httpStatus: status, error, retryAfterMs }
-    } catch (error) {
-      if (abort?.aborted && !timedOut) return { kind: 'aborted' }
-      const reason = timedOut ? `timed out after ${this.#timeoutMs} ms` : describeNetworkError(error)
-      return { kind: 'failure', httpStatus: null, error: reason }
-    } finally {
-      clearTimeout(timer)
-      this.#inFlight.delete(controller)
+    const response = await postWebhook(
+      this.#agent,
+      this.#parse(url),
+      headers,
+      body,
+      this.#timeoutMs,
+      this.#track,
+    )
+    switch (response.kind) {
+      case 'aborted':
+        return { kind: 'aborted' }
+      case 'timed out':
+        return { kind: 'failure', httpStatus: null, error: `timed out after ${this.#timeoutMs} ms` }
+      case 'network error':
+        return { kind: 'failure', httpStatus: null, error: describeNetworkError(response.error) }
     }
+    const { status, body: text } = response
+    if (status >= 200 && status < 300)
+      return { kind: 'success', httpStatus: status, deliveryStatus: readStatus(text) }
+    const error = `HTTP ${status}: ${text.slice(0, MAX_ERROR_BODY)}`
+    if (status === 409) return { kind: 'conflict', httpStatus: 409, error }
+    const retryAfterMs = status === 429 || status === 503 ? parseRetryAfter(response.retryAfter) : undefined
+    return retryAfterMs === undefined
+      ? { kind: 'failure', httpStatus: status, error }
+      : { kind: 'failure', httpStatus: status, error, retryAfterMs }
+  }
+
+  #parse(url: string): URL {
+    if (this.#lastUrl?.text !== url) this.#lastUrl = { text: url, parsed: new URL(url) }
+    return this.#lastUrl.parsed
   }
 
   #watch(abort: AbortSignal): void {
@@ -121,7 +120,7 @@ export class WebhookSender {
     abort.addEventListener(
       'abort',
       () => {
-        for (const controller of this.#inFlight) controller.abort()
+        for (const request of this.#inFlight) request.abort()
       },
       { once: true },
     )

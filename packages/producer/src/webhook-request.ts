@@ -1,0 +1,110 @@
+import type { Dispatcher } from 'undici'
+
+/** How one POST ended at the HTTP level, before the relay decides what it means. */
+export type WebhookResponse =
+  | {
+      readonly kind: 'answered'
+      readonly status: number
+      readonly body: string
+      readonly retryAfter?: string
+    }
+  | { readonly kind: 'timed out' }
+  | { readonly kind: 'aborted' }
+  | { readonly kind: 'network error'; readonly error: Error }
+
+/**
+ * The most of an answer's body that is kept: enough for `{"status":"applied"}` and for the 500 characters of an
+ * error kept as `last_error`; the rest is read and dropped, so a huge answer costs no memory.
+ */
+const MAX_KEPT_BODY_BYTES = 16 * 1024
+
+/** A request in flight that can be cut short (a stop, or its timeout). */
+export interface AbortableRequest {
+  abort(): void
+}
+
+/**
+ * POSTs one body on a keep-alive undici dispatcher, through its low-level `dispatch` API, and resolves with how it
+ * ended; never rejects. `timeoutMs` bounds the whole exchange (connect, send, headers and body), so a request
+ * never outlives the lease that covers it. `track` is called with the request while it is in flight, so a stop
+ * can abort it; it returns the function that forgets it.
+ *
+ * Why `dispatch` and not `request`: `request` wraps every answer in a Readable stream and every call in an
+ * AbortSignal with its listeners — on a fast endpoint about a tenth of the relay's CPU, for a body the relay reads
+ * whole and mostly ignores. This handler collects at most {@link MAX_KEPT_BODY_BYTES} and aborts through the
+ * controller undici hands it.
+ */
+export function postWebhook(
+  dispatcher: Dispatcher,
+  url: URL,
+  headers: Record<string, string>,
+  body: string,
+  timeoutMs: number,
+  track: (request: AbortableRequest) => () => void,
+): Promise<WebhookResponse> {
+  return new Promise((resolve) => {
+    let controller: Dispatcher.DispatchController | undefined
+    /** Why this request was cut short, once it was: kept until undici hands over its controller. */
+    let cutShort: 'timed out' | 'aborted' | undefined
+    let status = 0
+    let retryAfter: string | undefined
+    const chunks: Buffer[] = []
+    let kept = 0
+    let settled = false
+
+    const cut = (why: 'timed out' | 'aborted') => {
+      if (settled || cutShort) return
+      cutShort = why
+      controller?.abort(new Error(why))
+    }
+    const timer = setTimeout(() => cut('timed out'), timeoutMs)
+    const forget = track({ abort: () => cut('aborted') })
+    const settle = (response: WebhookResponse) => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      forget()
+      resolve(response)
+    }
+
+    const handler: Dispatcher.DispatchHandler = {
+      onRequestStart(started) {
+        controller = started
+        if (cutShort) started.abort(new Error(cutShort))
+      },
+      onResponseStart(_controller, statusCode, responseHeaders) {
+        // 1xx informational answers come before the real one.
+        if (statusCode < 200) return
+        status = statusCode
+        const value = responseHeaders['retry-after']
+        retryAfter = Array.isArray(value) ? value[0] : value
+      },
+      onResponseData(_controller, chunk) {
+        if (kept >= MAX_KEPT_BODY_BYTES) return
+        chunks.push(chunk)
+        kept += chunk.length
+      },
+      onResponseEnd() {
+        const text = (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).toString('utf8')
+        settle(
+          retryAfter === undefined
+            ? { kind: 'answered', status, body: text }
+            : { kind: 'answered', status, body: text, retryAfter },
+        )
+      },
+      onResponseError(_controller, error) {
+        settle(cutShort ? { kind: cutShort } : { kind: 'network error', error })
+      },
+    }
+
+    try {
+      dispatcher.dispatch(
+        { origin: url.origin, path: url.pathname + url.search, method: 'POST', headers, body },
+        handler,
+      )
+    } catch (error) {
+      // An invalid request (a header value undici refuses, a closed dispatcher) is thrown synchronously.
+      settle({ kind: 'network error', error: error instanceof Error ? error : new Error(String(error)) })
+    }
+  })
+}
