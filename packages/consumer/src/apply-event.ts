@@ -65,11 +65,11 @@ export type ApplyEvent = <TData>(
 
 /**
  * Returns the function that runs the transaction of DESIGN.md "Consumer" for one consumer (its statement is
- * compiled here, once): record the id (duplicates stop here), lock and judge the aggregate's cursor, run the
- * handler, commit — as `BEGIN`, ONE statement (sql/record-event.ts: records the id, locks the cursor, creating it
- * for a new aggregate, and advances it when the policy says apply), the handler, `COMMIT`. Only a stale event or
- * a gap costs one more statement, to read the cursor it was judged against. Under `'off'` the statement is the
- * plain id insert.
+ * prepared here, once): record the id (duplicates stop here), lock and judge the aggregate's cursor, run the
+ * handler, commit — as `BEGIN`, ONE statement (sql/record-event.ts: a call of the `outbox_record_event` function,
+ * which records the id, locks the cursor, creating it for a new aggregate, and advances it when the policy says
+ * apply), the handler, `COMMIT`. Only a stale event or a gap costs one more statement, to read the cursor it was
+ * judged against. Under `'off'` the statement is the plain id insert.
  *
  * READ COMMITTED is set explicitly: the duplicate and ordering arguments in the sql/ modules rely on a blocked
  * statement re-reading (and judging) the latest committed row, which REPEATABLE READ or SERIALIZABLE (if a
@@ -83,9 +83,7 @@ export type ApplyEvent = <TData>(
 export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
   const { sequence: policy, firstSequence, schema } = options
   const recordEvent =
-    policy === 'off'
-      ? undefined
-      : prepareRecordEvent(inSchema(options.db as Kysely<ConsumerDatabase>, schema), policy, firstSequence)
+    policy === 'off' ? undefined : prepareRecordEvent(options.db, schema, policy, firstSequence)
 
   return async (event, handler, req) => {
     try {

@@ -19,8 +19,9 @@ export type SequenceVerdict =
  * Applies a sequence policy (pure: no I/O, so every corner is testable).
  *
  * `cursor` is the last applied sequence, 0 when nothing was applied yet. Under `'off'` everything applies. The
- * "apply?" question is also asked inside PostgreSQL, by `appliesSql` in sql/record-event.ts, where the cursor is
- * locked; a property test proves the two agree, and {@link judgeHeldCursor} refuses to go on if they ever do not.
+ * "apply?" question is also asked inside PostgreSQL, by the `outbox_record_event` function (sql/record-event.ts,
+ * migration 0002), where the cursor is locked; a property test proves the two agree, and {@link judgeHeldCursor}
+ * refuses to go on if they ever do not.
  */
 export function judgeSequence(
   policy: SequencePolicy,

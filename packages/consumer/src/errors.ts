@@ -6,6 +6,8 @@
  * - `ERR_OUTBOX_INVALID_SECRET`: a signing secret is not `whsec_` + base64 (the secret itself is never shown).
  * - `ERR_OUTBOX_MIGRATION_FAILED`: `migrate` could not bring the consumer tables up to date; see `cause`.
  * - `ERR_OUTBOX_BODY_ALREADY_PARSED`: a body parser read the request before `dedupe` (a mounting mistake).
+ * - `ERR_OUTBOX_SCHEMA_OUTDATED`: the consumer tables were migrated by an older `@outbox/consumer`; run `migrate`
+ *   (handed to `onError` and logged as the `cause` of a 500 `handler_failed`).
  *
  * @example
  * ```ts
@@ -18,10 +20,11 @@ export type OutboxErrorCode =
   | 'ERR_OUTBOX_INVALID_SECRET'
   | 'ERR_OUTBOX_MIGRATION_FAILED'
   | 'ERR_OUTBOX_BODY_ALREADY_PARSED'
+  | 'ERR_OUTBOX_SCHEMA_OUTDATED'
 
 /**
  * The one error class of `@outbox/consumer`: thrown for bad options and failed migrations, and handed to
- * `onError` for a mounting mistake. The underlying error, if any, is kept as `cause`.
+ * `onError` for a mounting mistake or an outdated schema. The underlying error, if any, is kept as `cause`.
  *
  * @example
  * ```ts

@@ -1,12 +1,11 @@
 import type { OutboxEvent } from '@outbox/protocol'
 import { useTestDatabase } from '@outbox/test-harness'
 import fc from 'fast-check'
-import { sql } from 'kysely'
 import request from 'supertest'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { judgeSequence } from '../src/cursor.js'
+import { initialCursor, judgeSequence } from '../src/cursor.js'
 import { type ConsumerOptions, createConsumer } from '../src/index.js'
-import { appliesSql } from '../src/sql/record-event.js'
+import { prepareRecordEvent } from '../src/sql/record-event.js'
 import {
   appWith,
   createEffects,
@@ -184,8 +183,9 @@ describe('judgeSequence (the policy table)', () => {
     fc.assert(fc.property(cursor, positive, (c, s) => judgeSequence('off', 1, c, s).kind === 'apply'))
   })
 
-  // recordEvent asks "apply?" in SQL, where the cursor is locked; judgeSequence must stay the policy it implements.
-  it('the SQL predicate of recordEvent says apply exactly when judgeSequence does, in PostgreSQL', async () => {
+  // recordEvent asks "apply?" inside the outbox_record_event function, where the cursor is locked; judgeSequence
+  // must stay the policy it implements. The function itself runs here, on cursor rows set to each case.
+  it('outbox_record_event advances the cursor exactly when judgeSequence says apply, in PostgreSQL', async () => {
     const sequence = fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER })
     // Half the cases sit around the cursor (c - 2 … c + 3), where the policies differ; bigint range included.
     const pair = fc.oneof(
@@ -198,18 +198,37 @@ describe('judgeSequence (the policy table)', () => {
       ['strict', 1] as const,
       ['strict', 'any'] as const,
     )
+    // At 0 the aggregate may be new (no cursor row yet) or hold a row at 0; above 0 it always has its row.
+    const newAggregate = fc.boolean()
+    let run = 0
     let applied = 0
     await fc.assert(
-      fc.asyncProperty(setting, pair, async ([policy, first], [c, s]) => {
-        const { rows } = await sql<{ applies: boolean }>`
-          SELECT ${appliesSql(sql.ref('t.last_sequence'), policy, first, s, s - 1)} AS applies
-          FROM (VALUES (${c}::bigint)) AS t (last_sequence)`.execute(t.db)
-        const expected = judgeSequence(policy, first, c, s).kind === 'apply'
-        if (expected) applied++
-        expect(rows[0]?.applies).toBe(expected)
+      fc.asyncProperty(setting, pair, newAggregate, async ([policy, first], [c, s], isNew) => {
+        const aggregateId = `property-${run++}`
+        if (c > 0 || !isNew) {
+          await t.db
+            .insertInto('consumer_cursors')
+            .values({ aggregate_type: 'property', aggregate_id: aggregateId, last_sequence: c })
+            .execute()
+        }
+        const recordEvent = prepareRecordEvent(t.db, undefined, policy, first)
+        const event = makeEvent({ aggregateType: 'property', aggregateId, sequence: s })
+        const result = await recordEvent(t.db, event, initialCursor(policy, first, s))
+
+        const applies = judgeSequence(policy, first, c, s).kind === 'apply'
+        if (applies) applied++
+        expect(result).toBe(applies ? 'advanced' : 'held')
+        expect(await cursorOf(t.db, 'property', aggregateId)).toBe(applies ? s : c)
       }),
       { numRuns: 300 },
     )
     expect(applied).toBeGreaterThan(30) // both answers were really exercised
+  })
+
+  it('outbox_record_event refuses a policy it does not know instead of judging with it', async () => {
+    const recordEvent = prepareRecordEvent(t.db, undefined, 'sideways' as 'strict', 1)
+    const event = makeEvent({ aggregateId: 'unknown-policy' })
+    await expect(recordEvent(t.db, event, 0)).rejects.toMatchObject({ code: '22023' })
+    expect(await recorded(t.db, event)).toEqual({ processed: 0, effects: 0, cursor: undefined })
   })
 })

@@ -10,7 +10,16 @@ import {
   migrationSql,
   OutboxError,
 } from '../src/index.js'
-import { appWith, countRows, cursorOf, delivery, makeEvent, quiet } from './support.js'
+import {
+  appWith,
+  countRows,
+  cursorOf,
+  delivery,
+  makeEvent,
+  quiet,
+  recordingLogger,
+  refusalRecorder,
+} from './support.js'
 
 const t = useTestDatabase()
 
@@ -27,6 +36,16 @@ async function columnsOf(schema: string, table: string): Promise<string[]> {
     FROM information_schema.columns WHERE table_schema = ${schema} AND table_name = ${table} ORDER BY column_name
   `.execute(t.db)
   return rows.map((row) => row.column)
+}
+
+/** The consumer's functions in a schema, with their arguments and body (the schema's name taken out). */
+async function functionsOf(schema: string): Promise<string[]> {
+  const { rows } = await sql<{ fn: string }>`
+    SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') ' || p.prosrc AS fn
+    FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname = ${schema} AND p.proname LIKE 'outbox\\_record\\_%' ORDER BY p.proname
+  `.execute(t.db)
+  return rows.map((row) => row.fn.replaceAll(`"${schema}".`, ''))
 }
 
 async function indexesOf(schema: string, table: string): Promise<string[]> {
@@ -52,7 +71,10 @@ describe('migrate', () => {
     )
     const consumerRuns = await t.db.selectFrom(CONSUMER_MIGRATION_TABLE).select('name').execute()
     const producerRuns = await t.db.selectFrom('outbox_producer_migration').select('name').execute()
-    expect(consumerRuns.map((run) => run.name)).toEqual(['0001_processed_events_and_cursors'])
+    expect(consumerRuns.map((run) => run.name)).toEqual([
+      '0001_processed_events_and_cursors',
+      '0002_record_event_function',
+    ])
     expect(producerRuns.length).toBeGreaterThan(0)
     // neither package's bookkeeping mentions the other's migrations
     for (const run of producerRuns) expect(consumerRuns.map((c) => c.name)).not.toContain(run.name)
@@ -91,6 +113,9 @@ describe('migrate', () => {
         'processed_events',
       ].sort(),
     )
+    expect((await functionsOf('hooks')).map((fn) => fn.slice(0, fn.indexOf('(')))).toEqual([
+      'outbox_record_event',
+    ])
 
     const { dedupe } = createConsumer({ db: t.db, schema: 'hooks', logger: quiet, sequence: 'strict' })
     const app = appWith(dedupe(async () => {}))
@@ -128,11 +153,65 @@ describe('migrationSql', () => {
       expect(await columnsOf('by_sql', table)).toEqual(await columnsOf('public', table))
       expect(await indexesOf('by_sql', table)).toEqual(await indexesOf('public', table))
     }
+    expect(await functionsOf('by_sql')).toEqual(await functionsOf('public'))
+    expect(await functionsOf('by_sql')).toHaveLength(1)
     expect(await tablesIn('by_sql')).not.toContain(CONSUMER_MIGRATION_TABLE)
   })
 
   it('quotes the schema name as an identifier', () => {
     expect(migrationSql({ schema: 'we"ird' })).toContain('"we""ird"."processed_events"')
     expect(migrationSql()).toContain('create table if not exists "processed_events"')
+    expect(migrationSql({ schema: 'we"ird' })).toContain('FUNCTION "we""ird"."outbox_record_event"(')
+  })
+
+  it('keeps the function body intact whatever the schema name holds, even its dollar-quote tag', async () => {
+    const schema = 'odd"$fn$'
+    await sql.raw(migrationSql({ schema })).execute(t.db)
+    const { dedupe } = createConsumer({ db: t.db, schema, logger: quiet })
+    const event = makeEvent({ aggregateId: 'odd-schema' })
+    const { body, headers } = delivery(event)
+    const answer = await request(appWith(dedupe(async () => {})))
+      .post('/hooks')
+      .set(headers)
+      .send(body)
+    expect(answer.body.status).toBe('applied')
+    expect(await cursorOf(t.db, 'order', 'odd-schema', schema)).toBe(1)
+  })
+})
+
+describe('a schema migrated by an older consumer (no outbox_record_event)', () => {
+  it('answers 500 without internals, tells the logger and onError to migrate, and works once migrated', async () => {
+    await migrate(t.db, { schema: 'old' })
+    await sql`DROP FUNCTION old.outbox_record_event`.execute(t.db)
+    await sql`DELETE FROM old.outbox_consumer_migration WHERE name = '0002_record_event_function'`.execute(
+      t.db,
+    )
+    const logger = recordingLogger()
+    const { refusals, onError } = refusalRecorder()
+    const { dedupe } = createConsumer({ db: t.db, schema: 'old', logger, onError })
+    const app = appWith(dedupe(async () => {}))
+    const event = makeEvent({ aggregateId: 'outdated' })
+    const { body, headers } = delivery(event)
+
+    const answer = await request(app).post('/hooks').set(headers).send(body)
+    expect(answer.status).toBe(500)
+    expect(answer.headers['content-type']).toMatch(/^application\/problem\+json/)
+    expect(answer.body).toMatchObject({ code: 'handler_failed', status: 500 })
+    expect(answer.text).not.toMatch(/outbox_record_event|migrat|OutboxError|ERR_OUTBOX|\bat .*:\d+:\d+/)
+
+    const cause = refusals[0]?.cause
+    expect(cause).toBeInstanceOf(OutboxError)
+    expect((cause as OutboxError).code).toBe('ERR_OUTBOX_SCHEMA_OUTDATED')
+    const logged = logger.lines.find((line) => line.level === 'error')
+    expect(logged?.meta?.error).toMatchObject({ code: 'ERR_OUTBOX_SCHEMA_OUTDATED' })
+    const message = String((logged?.meta?.error as { message?: unknown } | undefined)?.message)
+    expect(message).toContain("run the consumer's migrations")
+    expect(message).toContain('migrate(db, { schema: "old" })')
+    expect(await countRows(t.db.withSchema('old'), 'processed_events')).toBe(0)
+
+    await migrate(t.db, { schema: 'old' })
+    const again = await request(app).post('/hooks').set(headers).send(body)
+    expect(again.body.status).toBe('applied')
+    expect(await cursorOf(t.db, 'order', 'outdated', 'old')).toBe(1)
   })
 })
