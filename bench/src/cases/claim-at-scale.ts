@@ -12,9 +12,9 @@ import { now } from '../support/timing.js'
 
 const AGGREGATES = 1000
 const BACKOFF_LANES = 10_000
-/** What the relay asks for at its default concurrency (16 lanes, scanning 64 rows per lane wanted). */
+/** What the relay asks for at its default concurrency: 16 lanes, a scan window of max(16 × 8, 256) rows. */
 const LANES = 16
-const SCAN_ROWS = 1024
+const SCAN_ROWS = 256
 /** The relay's default batch size: each claimed lane's first rows are read in the same call. */
 const BATCH = 200
 
@@ -75,7 +75,7 @@ async function claimLoop(db: Kysely<any>, count: number): Promise<number[]> {
   const latencies: number[] = []
   for (let i = 0; i < count; i++) {
     const t0 = now()
-    const rows = await claimLanes(db, 'public', LANES, 60_000, SCAN_ROWS, BATCH)
+    const { lanes: rows } = await claimLanes(db, 'public', LANES, 60_000, SCAN_ROWS, BATCH)
     latencies.push(now() - t0)
     if (rows.length !== LANES) throw new Error(`claimed ${rows.length} lanes, expected ${LANES}`)
     const tokens = rows.map((row) => row.claim_token)

@@ -176,7 +176,8 @@ $fn$;
 CREATE OR REPLACE FUNCTION ${s}.outbox_claim_lanes(p_lanes integer, p_lease_ms bigint, p_scan_rows integer, p_batch integer)
 RETURNS TABLE (
   aggregate_type text, aggregate_id text, claim_token uuid, taken_over boolean, conflict_count integer,
-  id bigint, event_id uuid, sequence bigint, event_type text, payload text, created_at timestamptz, attempts integer
+  id bigint, event_id uuid, sequence bigint, event_type text, payload text, created_at timestamptz, attempts integer,
+  window_full boolean
 ) LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -185,6 +186,7 @@ DECLARE
   v_tokens uuid[];
   v_taken boolean[];
   v_conflicts integer[];
+  v_scanned bigint;
 BEGIN
   -- The claim is a lease, and the relay calls this in a transaction of its own, so both settings end with it.
   -- A claim need not wait for its WAL flush: if the server crashes before the flush the claim is simply gone, and
@@ -196,7 +198,7 @@ BEGIN
   -- custom plans look cheaper, about a third of a small claim's server time.
   PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
   WITH due AS (
-    SELECT o.aggregate_type, o.aggregate_id, min(o.available_at) AS first_due
+    SELECT o.aggregate_type, o.aggregate_id, min(o.available_at) AS first_due, count(*) AS rows_scanned
     FROM (
       SELECT o.aggregate_type, o.aggregate_id, o.available_at FROM ${s}.outbox o
       WHERE o.status = 'pending' AND o.available_at <= now()
@@ -231,9 +233,11 @@ BEGIN
     WHERE l.aggregate_type = picked.aggregate_type AND l.aggregate_id = picked.aggregate_id
     RETURNING l.aggregate_type, l.aggregate_id, l.claim_token, picked.taken_over, l.conflict_count
   )
+  -- How many due rows the scan read: when it read all it was allowed, more due lanes may lie past its window, so
+  -- the relay claims again at once instead of waiting (the window stays small: rows, not lanes, are its unit).
   SELECT array_agg(c.aggregate_type), array_agg(c.aggregate_id), array_agg(c.claim_token), array_agg(c.taken_over),
-         array_agg(c.conflict_count)
-  INTO v_types, v_ids, v_tokens, v_taken, v_conflicts
+         array_agg(c.conflict_count), (SELECT sum(due.rows_scanned) FROM due)
+  INTO v_types, v_ids, v_tokens, v_taken, v_conflicts, v_scanned
   FROM claimed c;
   IF v_tokens IS NULL THEN
     RETURN;
@@ -243,7 +247,8 @@ BEGIN
   -- commits, so no one can take them in between. A lane whose rows were all sent meanwhile comes back with none.
   RETURN QUERY
     SELECT c.aggregate_type, c.aggregate_id, c.claim_token, c.taken_over, c.conflict_count,
-           e.id, e.event_id, e.sequence, e.event_type, e.payload::text, e.created_at, e.attempts
+           e.id, e.event_id, e.sequence, e.event_type, e.payload::text, e.created_at, e.attempts,
+           v_scanned >= p_scan_rows
     FROM unnest(v_types, v_ids, v_tokens, v_taken, v_conflicts) WITH ORDINALITY
       AS c(aggregate_type, aggregate_id, claim_token, taken_over, conflict_count, n)
     LEFT JOIN LATERAL (

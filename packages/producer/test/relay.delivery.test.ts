@@ -2,7 +2,8 @@ import { HEADERS } from '@outbox/protocol'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { Webhook } from 'standardwebhooks'
 import { describe, expect, it } from 'vitest'
-import { enqueue, Relay, silentLogger, stats } from '../src/index.js'
+import { enqueue, enqueueMany, Relay, silentLogger, stats } from '../src/index.js'
+import { waitFor } from './support.js'
 
 const t = useTestDatabase()
 
@@ -92,6 +93,54 @@ describe('relay delivery', () => {
         ),
       ).toThrow()
     } finally {
+      await sink.close()
+    }
+  })
+
+  it('a backlog written in long runs per aggregate is claimed lane after lane at once, not one lane per poll', async () => {
+    // Each aggregate's 300 rows were written together, so a claim's scan window (256 rows here) sees one lane:
+    // the claim comes back with fewer lanes than wanted but a full window, and the relay must claim again at once.
+    const aggregates = ['run-1', 'run-2', 'run-3', 'run-4', 'run-5']
+    for (const aggregateId of aggregates) {
+      await t.db.transaction().execute((trx) =>
+        enqueueMany(
+          trx,
+          Array.from({ length: 300 }, (_, n) => ({
+            aggregateType: 'order',
+            aggregateId,
+            eventType: 'order.updated',
+            payload: { n },
+          })),
+        ),
+      )
+    }
+    let mostLanesInFlight = 0
+    const sink = await startSink(async () => {
+      mostLanesInFlight = Math.max(mostLanesInFlight, [...sink.inFlight.values()].filter((n) => n > 0).length)
+      await new Promise((resolve) => setTimeout(resolve, 2))
+      return { status: 200, body: { status: 'applied' } }
+    })
+    const relay = new Relay({
+      db: t.db,
+      endpoint: sink.url,
+      concurrency: 4,
+      pollIntervalMs: 10_000,
+      listen: false,
+      logger: silentLogger,
+    })
+    try {
+      await relay.start()
+      // A relay that waited for its 10 s poll after each short claim would take over 40 s.
+      await waitFor(() => sink.requests.length >= 1500, 'the whole backlog', 8000)
+      expect(mostLanesInFlight).toBeGreaterThan(1)
+      for (const aggregateId of aggregates) {
+        const sequences = sink.requests
+          .filter((r) => r.json.aggregate_id === aggregateId)
+          .map((r) => r.json.sequence)
+        expect(sequences).toEqual(Array.from({ length: 300 }, (_, n) => n + 1))
+      }
+    } finally {
+      await relay.stop()
       await sink.close()
     }
   })

@@ -23,16 +23,18 @@ describe('claims, leases and fencing', () => {
   it('two workers never claim the same lane; a lane is claimable again only after its lease expires', async () => {
     await seedEvents(t.db, ['f-1'], 3)
     const [first, second] = [t.connect({ max: 2 }), t.connect({ max: 2 })]
-    const [a, b] = await Promise.all([
+    const [{ lanes: a }, { lanes: b }] = await Promise.all([
       claimLanes(first, 'public', 10, 60_000, 256, 10),
       claimLanes(second, 'public', 10, 60_000, 256, 10),
     ])
     expect([...a, ...b].filter((lane) => lane.aggregate_id === 'f-1')).toHaveLength(1)
-    expect(await claimLanes(t.db, 'public', 10, 60_000, 256, 10)).toEqual([])
+    expect(await claimLanes(t.db, 'public', 10, 60_000, 256, 10)).toEqual({ lanes: [], windowFull: false })
     await sql`UPDATE outbox_lane SET leased_until = now() - interval '1 second' WHERE aggregate_id = 'f-1'`.execute(
       t.db,
     )
-    const [takeover] = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
+    const {
+      lanes: [takeover],
+    } = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
     expect(takeover).toMatchObject({ aggregate_id: 'f-1', taken_over: true })
   })
 
@@ -42,7 +44,7 @@ describe('claims, leases and fencing', () => {
     await sql`UPDATE outbox SET status = 'sent', sent_at = now() WHERE aggregate_id = 'r-1' AND sequence <= 2`.execute(
       t.db,
     )
-    const claimed = await claimLanes(t.db, 'public', 10, 60_000, 256, 2)
+    const { lanes: claimed } = await claimLanes(t.db, 'public', 10, 60_000, 256, 2)
     const lanes = new Map(claimed.map((lane) => [lane.aggregate_id, lane]))
     expect([...lanes.keys()].sort()).toEqual(['r-1', 'r-2'])
     for (const lane of claimed) {
@@ -62,14 +64,18 @@ describe('claims, leases and fencing', () => {
 
   it("after a takeover, the late worker's marks, releases, retries, parks and dead letters change nothing", async () => {
     await seedEvents(t.db, ['f-2'], 2)
-    const [late] = await claimLanes(t.db, 'public', 1, 60_000, 256, 10)
+    const {
+      lanes: [late],
+    } = await claimLanes(t.db, 'public', 1, 60_000, 256, 10)
     const events = late!.events
     expect(events.map((event) => Number(event.sequence))).toEqual([1, 2])
     // The late worker hangs; its lease expires and a new worker takes the lane over.
     await sql`UPDATE outbox_lane SET leased_until = now() - interval '1 second' WHERE aggregate_id = 'f-2'`.execute(
       t.db,
     )
-    const [owner] = await claimLanes(t.db, 'public', 1, 60_000, 256, 10)
+    const {
+      lanes: [owner],
+    } = await claimLanes(t.db, 'public', 1, 60_000, 256, 10)
     expect(owner!.claim_token).not.toBe(late!.claim_token)
     expect(owner!.events.map((event) => event.id)).toEqual(events.map((event) => event.id))
     // Reading on past a batch is fenced too: the late worker's token reads nothing.
@@ -150,7 +156,7 @@ describe('claims, leases and fencing', () => {
 
   it('a release says whether its lane has work left, counting rows marked in the same statement as done', async () => {
     await seedEvents(t.db, ['w-1', 'w-2'], 2)
-    const claimed = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
+    const { lanes: claimed } = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
     const byId = new Map(claimed.map((lane) => [lane.aggregate_id, lane]))
     const marksOf = (aggregateId: string, count: number) =>
       byId

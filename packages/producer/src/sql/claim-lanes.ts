@@ -14,10 +14,20 @@ export interface ClaimedLaneRow {
   events: LaneEventRow[]
 }
 
+/** What one claim took. */
+export interface ClaimResult {
+  readonly lanes: ClaimedLaneRow[]
+  /**
+   * The due scan read all the rows it was allowed (`scanRows`): more due lanes may lie past its window, so claim
+   * again at once rather than waiting for a wake-up. False when nothing was claimed.
+   */
+  readonly windowFull: boolean
+}
+
 /** One row of `outbox_claim_lanes`: a claimed lane, with one of its events or (when it has none) nulls. */
 type ClaimRow = Omit<ClaimedLaneRow, 'events'> & {
   [K in Exclude<keyof LaneEventRow, keyof ClaimedLaneRow>]: LaneEventRow[K] | null
-}
+} & { window_full: boolean }
 
 /**
  * Claims up to `lanes` free lanes whose head is due, under a fresh token and a lease in DATABASE time, and reads
@@ -33,6 +43,9 @@ type ClaimRow = Omit<ClaimedLaneRow, 'events'> & {
  *   lane; READ COMMITTED re-checks the lease condition on the latest row version before locking it.
  * - Lanes parked by `onExhausted: 'block'` are never claimed, and their rows are skipped in the due scan too: a
  *   row enqueued while (or just before) the lane was blocked may still look due, and must not fill the window.
+ * - The scan window is `scanRows` rows, not lanes: a small window keeps each claim cheap (at 128 lanes in flight
+ *   a window of 64 rows per lane wanted made the claims themselves the bound), and `windowFull` tells the relay
+ *   when a backlog whose rows come in long runs per aggregate may hold more due lanes past it.
  * - Cost proportional to the lanes wanted, not to the candidates: candidates stream in due order (the sorted
  *   subquery) into the lane and head checks, and the LIMIT stops them after `lanes` hits. No ORDER BY above the
  *   LIMIT on purpose: with one, PostgreSQL (which cannot estimate how many candidates pass the head check) ran
@@ -52,7 +65,7 @@ export async function claimLanes(
   leaseMs: number,
   scanRows: number,
   batchSize: number,
-): Promise<ClaimedLaneRow[]> {
+): Promise<ClaimResult> {
   const { rows } = await sql<ClaimRow>`
     SELECT * FROM ${sql.id(schema, 'outbox_claim_lanes')}(${lanes}, ${leaseMs}, ${scanRows}, ${batchSize})`.execute(
     db,
@@ -86,5 +99,5 @@ export async function claimLanes(
       attempts: row.attempts!,
     })
   }
-  return claimed
+  return { lanes: claimed, windowFull: rows[0]?.window_full ?? false }
 }
