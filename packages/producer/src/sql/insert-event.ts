@@ -1,4 +1,4 @@
-import { sql, type Transaction } from 'kysely'
+import { CompiledQuery, sql, type Transaction } from 'kysely'
 import type { ValidatedEvent } from '../event-input.js'
 
 /** What an enqueue returns for each event. */
@@ -7,16 +7,42 @@ export interface EnqueuedEvent {
   readonly sequence: number
 }
 
+/** The function's arguments, in its parameter order (migration 0003 in schema.ts). */
+const ARGUMENTS = ['eventId', 'aggregateType', 'aggregateId', 'eventType', 'payloadJson', 'channel'] as const
+
+/** The call text per schema, compiled once: a handful of schemas per process at most. */
+const callTexts = new Map<string, string>()
+
+function callText(trx: Transaction<any>, schema: string): string {
+  let text = callTexts.get(schema)
+  if (text === undefined) {
+    const compiled = sql`SELECT ${sql.id(schema, 'outbox_enqueue')}(
+      ${sql.val(ARGUMENTS[0])}, ${sql.val(ARGUMENTS[1])}, ${sql.val(ARGUMENTS[2])}, ${sql.val(ARGUMENTS[3])},
+      ${sql.val(ARGUMENTS[4])}::jsonb, ${sql.val(ARGUMENTS[5])}
+    ) AS sequence`.compile(trx)
+    // Each argument must land in its own parameter, in order; anything else would pass values to the wrong ones.
+    if (compiled.parameters.join() !== ARGUMENTS.join()) {
+      throw new Error('insertEvent: the call was not compiled with one parameter per argument')
+    }
+    text = compiled.sql
+    callTexts.set(schema, text)
+  }
+  return text
+}
+
 /**
- * Enqueues one event in ONE round trip, through the schema's `outbox_enqueue` function (migration 0003): bump the
- * aggregate's counter, make sure its lane row exists, insert the event with the lane's due time, and NOTIFY.
+ * Enqueues one event in ONE round trip, through the schema's `outbox_enqueue` function (migration 0003, made
+ * cheaper by 0005): bump the aggregate's counter, make sure its lane row exists, insert the event with the lane's
+ * due time, and NOTIFY.
  *
  * Why a counter row and not `MAX(sequence) + 1`: the upsert's row lock makes writers of one aggregate wait for each
  * other until commit, so sequence order is commit order, a rollback leaves no gap, and concurrent writers never
- * hit a unique violation at READ COMMITTED. The lane insert is `ON CONFLICT DO NOTHING`, which takes no lock on an
- * existing lane row, so enqueues never wait on a relay that holds the lane. Why a function: PL/pgSQL keeps the
- * plans of its statements for the connection's life, where the same statements sent as one CTE were planned on
- * every call (≈ 0.3 ms, half of what enqueue cost).
+ * hit a unique violation at READ COMMITTED. The lane row is never locked (`ON CONFLICT DO NOTHING` or a plain
+ * read), so enqueues never wait on a relay that holds the lane. Why a function: PL/pgSQL keeps the plans of its
+ * statements for the connection's life, where the same statements sent as one CTE were planned on every call
+ * (≈ 0.3 ms, half of what enqueue cost). The call text is compiled once per schema and sent as it is
+ * (`CompiledQuery.raw`), so a call builds and compiles no Kysely query: ≈ 50 µs of Node CPU less per enqueue
+ * (541 → 494 and 546 → 486 µs per business transaction, 3000 each, interleaved), as in the consumer's recordEvent.
  */
 export async function insertEvent(
   trx: Transaction<any>,
@@ -25,9 +51,15 @@ export async function insertEvent(
   eventId: string,
   channel: string | null,
 ): Promise<EnqueuedEvent> {
-  const { rows } = await sql<{ sequence: string }>`
-    SELECT ${sql.id(schema, 'outbox_enqueue')}(
-      ${eventId}, ${event.aggregateType}, ${event.aggregateId}, ${event.eventType}, ${event.payloadJson}::jsonb, ${channel}
-    ) AS sequence`.execute(trx)
+  const { rows } = await trx.executeQuery<{ sequence: string }>(
+    CompiledQuery.raw(callText(trx, schema), [
+      eventId,
+      event.aggregateType,
+      event.aggregateId,
+      event.eventType,
+      event.payloadJson,
+      channel,
+    ]),
+  )
   return { eventId, sequence: Number(rows[0]!.sequence) }
 }
