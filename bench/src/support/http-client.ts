@@ -1,4 +1,7 @@
-import { Agent, request } from 'undici'
+import { Agent } from 'undici'
+// The relay's own request function, below the public API (it is not exported): the baselines then send exactly as
+// the relay does, so a comparison measures the delivery strategy, not the client.
+import { postWebhook } from '../../../packages/producer/src/webhook-request.js'
 
 /** POSTs JSON and throws on a non-2xx answer, like a webhook publisher that must see success before marking. */
 export interface JsonPoster {
@@ -7,25 +10,29 @@ export interface JsonPoster {
 }
 
 /**
- * The HTTP client every baseline uses: undici's request API on a keep-alive pool, configured like the relay's own
- * sender (same keep-alive, no pipelining), so a comparison measures the delivery strategy, not the client.
+ * The HTTP client every baseline uses: the relay's own sender path (undici's `dispatch` through `postWebhook`) on a
+ * keep-alive pool configured like the relay's (same keep-alive, no pipelining, 10 s timeout).
  */
 export function createJsonPoster(connections: number): JsonPoster {
   const agent = new Agent({ connections, keepAliveTimeout: 30_000, pipelining: 1 })
+  const untracked = () => () => {}
+  let lastUrl: { text: string; parsed: URL } | undefined
   return {
     async post(url, body, headers = {}) {
-      const response = await request(url, {
-        method: 'POST',
+      if (lastUrl?.text !== url) lastUrl = { text: url, parsed: new URL(url) }
+      const response = await postWebhook(
+        agent,
+        lastUrl.parsed,
+        { 'content-type': 'application/json', ...headers },
         body,
-        headers: { 'content-type': 'application/json', ...headers },
-        dispatcher: agent,
-        signal: AbortSignal.timeout(10_000),
-      })
-      await response.body.text()
-      if (response.statusCode < 200 || response.statusCode >= 300) {
-        throw new Error(`HTTP ${response.statusCode}`)
+        10_000,
+        untracked,
+      )
+      if (response.kind !== 'answered') {
+        throw response.kind === 'network error' ? response.error : new Error(`request ${response.kind}`)
       }
-      return response.statusCode
+      if (response.status < 200 || response.status >= 300) throw new Error(`HTTP ${response.status}`)
+      return response.status
     },
     async close() {
       await agent.close()
