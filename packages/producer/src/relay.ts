@@ -322,10 +322,13 @@ export class Relay {
       if (!lane) return
       const work = this.#deliver(lane)
       this.#active.add(work)
-      void work.finally(() => {
+      // #deliver never rejects: every failure ends as an outcome.
+      void work.then((result) => {
         this.#active.delete(work)
         this.#startReady()
-        if (this.#roomBound) this.#requestWake()
+        // A failure's outcome released the lane itself, and may have made something due now (a retry after 0 ms,
+        // the event behind a dead letter under 'skip'): look at once rather than at the next poll. Failures are rare.
+        if (this.#roomBound || result.failed > 0 || result.dead > 0) this.#requestWake()
       })
     }
   }

@@ -47,6 +47,33 @@ describe('dead letters', () => {
     }
   })
 
+  it('a running relay retries at once when the schedule says 0 ms and moves past a dead letter without waiting for a poll', async () => {
+    await seedEvents(t.db, ['skip-2'], 3)
+    const [, poisonRow] = await laneEvents('skip-2')
+    const sink = await poisonSink(new Set([poisonRow!.event_id]))
+    const relay = new Relay({
+      db: t.db,
+      endpoint: sink.url,
+      retrySchedule: [0],
+      pollIntervalMs: 10_000,
+      listen: false,
+      logger: silentLogger,
+    })
+    try {
+      await relay.start()
+      // Two attempts of the poison event, then the event behind it; a wait for the 10 s poll would time out.
+      await waitFor(
+        () => sink.requests.filter((request) => request.json.aggregate_id === 'skip-2').length === 4,
+        'the retry and the event behind the dead letter',
+        3000,
+      )
+      expect(sink.requests.map((request) => request.json.sequence)).toEqual([1, 2, 2, 3])
+    } finally {
+      await relay.stop()
+      await sink.close()
+    }
+  })
+
   it("'block' parks the lane behind the dead event; redrive resumes it in order with the same id and sequence", async () => {
     await seedEvents(t.db, ['block-1'], 3)
     const [, poisonRow] = await laneEvents('block-1')
