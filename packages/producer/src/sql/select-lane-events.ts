@@ -18,7 +18,7 @@ export interface LaneEventRow {
 /**
  * Reads the next rows of a lane its owner goes on delivering past a full batch: up to `batchSize` pending rows
  * after `afterSequence`, in sequence order (contiguous, since sequence order is delivery order). The claim reads a
- * lane's first rows itself (`claimLanes`); without `afterSequence` this reads from the head.
+ * lane's first rows itself (`claimLanes`).
  *
  * Fenced by the claim token, so a lane lost in between yields nothing. The payload is read as text: the relay
  * splices it into the body without a parse/serialise round trip.
@@ -28,7 +28,7 @@ export async function selectLaneEvents(
   schema: string,
   tokens: readonly string[],
   batchSize: number,
-  afterSequence?: string,
+  afterSequence: string,
 ): Promise<LaneEventRow[]> {
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
@@ -39,7 +39,7 @@ export async function selectLaneEvents(
     CROSS JOIN LATERAL (
       SELECT * FROM ${outbox} o
       WHERE o.aggregate_type = l.aggregate_type AND o.aggregate_id = l.aggregate_id AND o.status = 'pending'
-        AND o.sequence > ${afterSequence ?? 0}::bigint
+        AND o.sequence > ${afterSequence}::bigint
       ORDER BY o.sequence
       LIMIT ${batchSize}
     ) e
