@@ -30,6 +30,7 @@ const PRODUCER_MIGRATIONS = [
   '0003_enqueue_function',
   '0004_claim_function',
   '0005_enqueue_inline',
+  '0006_claim_hashed_busy',
 ]
 
 /** Every producer table, column, index and constraint of a schema, as the catalog describes them. */

@@ -36,7 +36,8 @@ type ClaimRow = Omit<ClaimedLaneRow, 'events'> & {
  *
  * Shape of the claim, and the races it closes:
  * - Candidates come from the due index (`available_at <= now()` over pending rows), skipping rows of lanes under
- *   a live lease, so lanes waiting in backoff are never scanned and in-flight lanes cost one probe per row.
+ *   a live lease, so lanes waiting in backoff are never scanned and in-flight lanes cost one hash probe per row
+ *   (the leased lanes are hashed once per claim, whatever the statistics say: migration 0006).
  * - The head (lowest pending sequence) is computed BEFORE any due filter: a lane whose head waits in backoff is
  *   not claimed even though a later row of it looks due. That is the ordering rule.
  * - `FOR UPDATE SKIP LOCKED` on the lane row: concurrent relays never wait for each other and never claim the same
