@@ -12,6 +12,15 @@ import { now } from '../support/timing.js'
 
 const AGGREGATES = 1000
 const IN_FLIGHT = 16
+/**
+ * Blocks per path and run: the two handlers take turns on consecutive slices of the events, so drift on the
+ * machine hits both alike (one block per handler once let a single slow stretch halve one handler's rate).
+ */
+const BLOCKS = 8
+const PATHS = [
+  ['apply', 'applied'],
+  ['duplicate', 'duplicate_ignored'],
+] as const
 
 /** The app under test: `dedupe(handler)` and the hand-written equivalent of the guide's `apply_event`. */
 function buildApp(db: Kysely<any>) {
@@ -78,7 +87,7 @@ function buildEvents(count: number): Request_[] {
   })
 }
 
-/** POSTs every request with IN_FLIGHT in flight; checks the answer's status; returns requests per second. */
+/** POSTs every request with IN_FLIGHT in flight; checks the answer's status; returns the seconds it took. */
 async function load(
   agent: Agent,
   url: string,
@@ -99,13 +108,14 @@ async function load(
       }
     }),
   )
-  return requests.length / ((now() - t0) / 1000)
+  return (now() - t0) / 1000
 }
 
 /**
  * Consumer overhead: `dedupe(handler)` against a hand-written Express handler doing the guide's `apply_event`
  * (dedupe insert + update in one transaction), in requests per second over keep-alive loopback HTTP, on the
  * apply path (new events, in order) and the duplicate path (the same events again). Both use one Kysely pool.
+ * Within a run the handlers take turns in blocks; a handler's rate is its requests over its blocks' time.
  */
 export async function consumerOverhead(ctx: BenchContext): Promise<CaseResult> {
   const count = ctx.quick ? 300 : 4000
@@ -131,13 +141,20 @@ export async function consumerOverhead(ctx: BenchContext): Promise<CaseResult> {
       const base = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
       const agent = new Agent({ connections: IN_FLIGHT, keepAliveTimeout: 30_000, pipelining: 1 })
       try {
-        const routes = run % 2 === 0 ? ['dedupe', 'manual'] : ['manual', 'dedupe']
-        for (const route of routes) {
-          for (const [path, expect] of [
-            ['apply', 'applied'],
-            ['duplicate', 'duplicate_ignored'],
-          ] as const) {
-            const rate = await load(agent, `${base}/${route}`, events, expect)
+        // Slices keep every aggregate's events in sequence order: slice k holds sequences after slice k - 1's.
+        const perBlock = Math.ceil(events.length / BLOCKS)
+        for (const [path, expect] of PATHS) {
+          const seconds = new Map<string, number>()
+          for (let block = 0; block < BLOCKS; block++) {
+            const slice = events.slice(block * perBlock, (block + 1) * perBlock)
+            const routes = (run + block) % 2 === 0 ? ['dedupe', 'manual'] : ['manual', 'dedupe']
+            for (const route of routes) {
+              const took = await load(agent, `${base}/${route}`, slice, expect)
+              seconds.set(route, (seconds.get(route) ?? 0) + took)
+            }
+          }
+          for (const route of ['dedupe', 'manual']) {
+            const rate = events.length / seconds.get(route)!
             const key = `${route === 'dedupe' ? 'dedupe(handler)' : 'hand-written apply_event'}, ${path} path`
             rates.set(key, [...(rates.get(key) ?? []), rate])
             ctx.log(`  ${key}: ${Math.round(rate)} req/s`)
