@@ -178,4 +178,20 @@ describe('claims, leases and fencing', () => {
     )
     expect(result).toEqual({ marked: 3, released: 2, releasedWithWork: 1 })
   })
+
+  it("leased lanes' rows do not use up a claim's scan window, whatever the statistics say about leases", async () => {
+    // 300 lanes whose rows come first in due order, leased by another relay after the statistics were taken (as
+    // leases come and go between analyzes); then 3 free lanes behind them. A window of 256 rows that counted the
+    // leased lanes' rows would hold nothing claimable.
+    const busy = Array.from({ length: 300 }, (_, n) => `busy-${n}`)
+    await seedEvents(t.db, busy, 1)
+    await sql`ANALYZE`.execute(t.db)
+    // Lease every claimable lane (earlier tests in this file left some behind).
+    const { lanes: leased } = await claimLanes(t.db, 'public', 1000, 60_000, 8000, 10)
+    expect(leased.filter((lane) => lane.aggregate_id.startsWith('busy-'))).toHaveLength(300)
+    await seedEvents(t.db, ['free-1', 'free-2', 'free-3'], 1)
+    const { lanes, windowFull } = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
+    expect(lanes.map((lane) => lane.aggregate_id).sort()).toEqual(['free-1', 'free-2', 'free-3'])
+    expect(windowFull).toBe(false)
+  })
 })
