@@ -35,6 +35,23 @@ function scenarioLabel(scenario: Scenario, sentRows: number): string {
   }
 }
 
+/** The lane and counter rows of aggregates `0 … count - 1` of one type, as enqueue would have left them. */
+async function insertLanes(
+  db: Kysely<any>,
+  type: string,
+  count: number,
+  lastSequence: number,
+): Promise<void> {
+  await sql`
+    INSERT INTO outbox_lane (aggregate_type, aggregate_id)
+    SELECT ${type}, a::text FROM generate_series(0, ${count - 1}::int) AS a`.execute(db)
+  await sql`
+    INSERT INTO outbox_counter (aggregate_type, aggregate_id, last_sequence)
+    SELECT ${type}, a::text, ${lastSequence}::bigint FROM generate_series(0, ${count - 1}::int) AS a`.execute(
+    db,
+  )
+}
+
 async function seed(url: string, scenario: Scenario, sentRows: number): Promise<void> {
   const pool = new pg.Pool({ connectionString: url, max: 1 })
   const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
@@ -56,14 +73,7 @@ async function seed(url: string, scenario: Scenario, sentRows: number): Promise<
       INSERT INTO outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, payload)
       SELECT gen_random_uuid(), 'order', a::text, ${perAggregate + 1}::bigint, 'order.updated', jsonb_build_object('a', a)
       FROM generate_series(0, ${AGGREGATES - 1}::int) AS a`.execute(db)
-    await sql`
-      INSERT INTO outbox_lane (aggregate_type, aggregate_id)
-      SELECT 'order', a::text FROM generate_series(0, ${AGGREGATES - 1}::int) AS a`.execute(db)
-    await sql`
-      INSERT INTO outbox_counter (aggregate_type, aggregate_id, last_sequence)
-      SELECT 'order', a::text, ${perAggregate + 1}::bigint FROM generate_series(0, ${AGGREGATES - 1}::int) AS a`.execute(
-      db,
-    )
+    await insertLanes(db, 'order', AGGREGATES, perAggregate + 1)
     if (scenario === 'with backoff lanes') {
       // Lanes whose head failed once and waits an hour in backoff.
       await sql`
@@ -72,12 +82,7 @@ async function seed(url: string, scenario: Scenario, sentRows: number): Promise<
         SELECT gen_random_uuid(), 'account', b::text, 1, 'account.updated', jsonb_build_object('b', b), 1,
                now() + interval '1 hour', now(), 500, 'HTTP 500'
         FROM generate_series(0, ${BACKOFF_LANES - 1}::int) AS b`.execute(db)
-      await sql`
-        INSERT INTO outbox_lane (aggregate_type, aggregate_id)
-        SELECT 'account', b::text FROM generate_series(0, ${BACKOFF_LANES - 1}::int) AS b`.execute(db)
-      await sql`
-        INSERT INTO outbox_counter (aggregate_type, aggregate_id, last_sequence)
-        SELECT 'account', b::text, 1 FROM generate_series(0, ${BACKOFF_LANES - 1}::int) AS b`.execute(db)
+      await insertLanes(db, 'account', BACKOFF_LANES, 1)
     }
     if (scenario === 'with leased lanes') {
       // Lanes in flight at another relay, two due rows each. Their rows are the oldest due (they are being
@@ -87,12 +92,7 @@ async function seed(url: string, scenario: Scenario, sentRows: number): Promise<
         SELECT gen_random_uuid(), 'busy', (n / 2)::text, n % 2 + 1, 'busy.updated', jsonb_build_object('n', n),
                now() - interval '1 minute'
         FROM generate_series(0, ${2 * LEASED_LANES - 1}::int) AS n`.execute(db)
-      await sql`
-        INSERT INTO outbox_lane (aggregate_type, aggregate_id)
-        SELECT 'busy', l::text FROM generate_series(0, ${LEASED_LANES - 1}::int) AS l`.execute(db)
-      await sql`
-        INSERT INTO outbox_counter (aggregate_type, aggregate_id, last_sequence)
-        SELECT 'busy', l::text, 2 FROM generate_series(0, ${LEASED_LANES - 1}::int) AS l`.execute(db)
+      await insertLanes(db, 'busy', LEASED_LANES, 2)
     }
     await sql`VACUUM ANALYZE`.execute(db)
     if (scenario === 'with leased lanes') {
