@@ -1,4 +1,4 @@
-import { migrate } from '@outbox/producer'
+import { DEFAULT_MAX_BUFFERED_BYTES, migrate } from '@outbox/producer'
 import { Kysely, PostgresDialect, sql } from 'kysely'
 import pg from 'pg'
 // A micro-benchmark of the claim itself (claim and first read, one function call), below the public API (the
@@ -112,10 +112,16 @@ async function claimLoop(db: Kysely<any>, count: number): Promise<number[]> {
   const latencies: number[] = []
   for (let i = 0; i < count; i++) {
     const t0 = now()
-    const { lanes: rows } = await claimLanes(db, 'public', LANES, 60_000, SCAN_ROWS, BATCH)
+    const { lanes: rows } = await claimLanes(db, 'public', {
+      lanes: LANES,
+      leaseMs: 60_000,
+      scanRows: SCAN_ROWS,
+      batchSize: BATCH,
+      maxBytes: DEFAULT_MAX_BUFFERED_BYTES,
+    })
     latencies.push(now() - t0)
     if (rows.length !== LANES) throw new Error(`claimed ${rows.length} lanes, expected ${LANES}`)
-    const tokens = rows.map((row) => row.claim_token)
+    const tokens = rows.map((row) => row.claimToken)
     await sql`UPDATE outbox_lane SET claim_token = NULL, leased_until = NULL WHERE claim_token = ANY(${tokens}::uuid[])`.execute(
       db,
     )

@@ -1,6 +1,7 @@
 import { Agent } from 'undici'
 // The relay's own request function, below the public API (it is not exported): the baselines then send exactly as
 // the relay does, so a comparison measures the delivery strategy, not the client.
+import { systemClock } from '../../../packages/producer/src/runtime.js'
 import { postWebhook } from '../../../packages/producer/src/webhook-request.js'
 
 /** POSTs JSON and throws on a non-2xx answer, like a webhook publisher that must see success before marking. */
@@ -26,6 +27,7 @@ export function createJsonPoster(connections: number): JsonPoster {
         { 'content-type': 'application/json', ...headers },
         body,
         10_000,
+        systemClock,
         untracked,
       )
       if (response.kind !== 'answered') {

@@ -88,6 +88,29 @@ function decodeCursor(cursor: string | undefined): { deadAt: string; id: string 
   return { deadAt: match[1]!, id: match[2]! }
 }
 
+/** How often a redrive chosen as a deadlock's victim starts again before it gives up. */
+const DEADLOCK_RETRIES = 3
+
+/**
+ * Runs the redrive in a transaction of its own, again when PostgreSQL chose it as a deadlock's victim (40P01): it
+ * locks counters in sorted order as `enqueueMany` does, but a transaction that enqueues for two aggregates one
+ * `enqueue` at a time, in the opposite order, can still meet it — and the application's transaction should not be
+ * the one that pays for an operator's redrive more than once.
+ */
+async function redriveRetryingDeadlocks(
+  db: Kysely<any>,
+  schema: string,
+  ids: readonly string[] | 'all',
+): Promise<string[]> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await db.transaction().execute((trx) => redriveDead(trx, schema, ids))
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== '40P01' || attempt > DEADLOCK_RETRIES) throw error
+    }
+  }
+}
+
 /** Which dead letters {@link redrive} revives: the given event ids, or all of them. */
 export type RedriveOptions = ({ readonly eventIds: readonly string[] } | { readonly all: true }) & {
   readonly schema?: string
@@ -106,9 +129,12 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 /**
  * Sends dead letters again: each goes back to pending with the SAME event id and sequence and its attempts reset.
  *
- * It takes the lock of each affected lane, so it never puts two requests of one lane in flight; a lane parked by
- * `onExhausted: 'block'` resumes in order, starting with the revived event. Under `'skip'` the lane may already
- * have moved past the event: an ordered consumer then answers `stale_ignored`, which the relay reports.
+ * It locks each affected aggregate's sequence counter (so no enqueue of it is open meanwhile) and lane (so no claim
+ * of it runs meanwhile): it never puts two requests of one lane in flight, and never leaves an event enqueued
+ * behind a block waiting at `'infinity'` after the block is lifted. A lane parked by `onExhausted: 'block'` resumes,
+ * in order, when the dead letter that blocked it (its latest) is among those revived; an older dead letter revived
+ * alone waits in the still-blocked lane. Under `'skip'` the lane may already have moved past the event: an ordered
+ * consumer then answers `stale_ignored`, which the relay reports.
  *
  * @example
  * ```ts
@@ -135,7 +161,7 @@ export async function redrive(db: Kysely<any>, options: RedriveOptions): Promise
   } else {
     throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', 'redrive needs { eventIds: [...] } or { all: true }')
   }
-  const redriven = await db.transaction().execute((trx) => redriveDead(trx, schema, ids))
+  const redriven = await redriveRetryingDeadlocks(db, schema, ids)
   const revived = new Set(redriven)
   return { redriven, notDead: ids === 'all' ? [] : ids.filter((id) => !revived.has(id)) }
 }

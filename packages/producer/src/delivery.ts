@@ -2,12 +2,13 @@ import {
   DELIVERY_STATUSES,
   type DeliveryStatus,
   HEADERS,
-  type OutboxEvent,
   type SigningKey,
   signWebhook,
 } from '@outbox/protocol'
 import { Agent } from 'undici'
+import type { EndpointEvent } from './options.js'
 import { parseRetryAfter } from './retry-policy.js'
+import type { Clock } from './runtime.js'
 import { type AbortableRequest, postWebhook } from './webhook-request.js'
 
 /** How one webhook request ended, as the relay acts on it. */
@@ -33,7 +34,7 @@ const MAX_ERROR_BODY = 500
  * Builds the exact body bytes of the wire contract. The payload arrives as JSON text from the database and is
  * spliced in unparsed; the other fields go through `JSON.stringify`, so the result is always valid JSON.
  */
-export function buildBody(event: OutboxEvent<unknown>, payloadJson: string): string {
+export function buildBody(event: EndpointEvent, payloadJson: string): string {
   return (
     `{"event_id":${JSON.stringify(event.eventId)},"type":${JSON.stringify(event.type)},` +
     `"aggregate_type":${JSON.stringify(event.aggregateType)},"aggregate_id":${JSON.stringify(event.aggregateId)},` +
@@ -49,6 +50,7 @@ export class WebhookSender {
   readonly #agent: Agent
   readonly #keys: readonly SigningKey[]
   readonly #timeoutMs: number
+  readonly #clock: Clock
   /** Requests in flight, so one listener on the caller's `abort` signal cuts them all short. */
   readonly #inFlight = new Set<AbortableRequest>()
   readonly #watched = new WeakSet<AbortSignal>()
@@ -59,19 +61,20 @@ export class WebhookSender {
     return () => this.#inFlight.delete(request)
   }
 
-  constructor(options: { keys: readonly SigningKey[]; timeoutMs: number; connections: number }) {
+  constructor(options: {
+    keys: readonly SigningKey[]
+    timeoutMs: number
+    connections: number
+    clock: Clock
+  }) {
     this.#keys = options.keys
     this.#timeoutMs = options.timeoutMs
+    this.#clock = options.clock
     this.#agent = new Agent({ connections: options.connections, keepAliveTimeout: 30_000, pipelining: 1 })
   }
 
   /** POSTs one event; never throws — every way it can end is an outcome. `abort` cuts it short (stop). */
-  async send(
-    url: string,
-    event: OutboxEvent<unknown>,
-    body: string,
-    abort?: AbortSignal,
-  ): Promise<DeliveryOutcome> {
+  async send(url: string, event: EndpointEvent, body: string, abort?: AbortSignal): Promise<DeliveryOutcome> {
     const headers: Record<string, string> = {
       'content-type': 'application/json',
       'user-agent': 'outbox-relay',
@@ -88,6 +91,7 @@ export class WebhookSender {
       headers,
       body,
       this.#timeoutMs,
+      this.#clock,
       this.#track,
     )
     switch (response.kind) {
@@ -124,6 +128,16 @@ export class WebhookSender {
       },
       { once: true },
     )
+  }
+
+  /** Requests waiting for an answer right now. */
+  get inFlight(): number {
+    return this.#inFlight.size
+  }
+
+  /** Cuts every request in flight short (their outcome is `aborted`). */
+  abortAll(): void {
+    for (const request of this.#inFlight) request.abort()
   }
 
   async close(): Promise<void> {

@@ -1,5 +1,6 @@
 import { MAX_KEY_LENGTH } from '@outbox/protocol'
 import { OutboxError } from './errors.js'
+import { jsonbTextBytes } from './jsonb-size.js'
 
 /** An event to enqueue. `payload` becomes the webhook's `data`. */
 export interface EnqueueInput<TPayload = unknown> {
@@ -19,6 +20,8 @@ export interface ValidatedEvent {
   readonly aggregateId: string
   readonly eventType: string
   readonly payloadJson: string
+  /** The payload's size as the relay sends it (jsonb's text form), which is what `maxPayloadBytes` limits. */
+  readonly payloadBytes: number
 }
 
 /** The largest payload enqueue accepts by default: below the consumer's 1 MB so every event can be delivered. */
@@ -105,12 +108,14 @@ export function validateEvent(input: EnqueueInput, maxPayloadBytes: number, inde
   const aggregateId = checkKey(input.aggregateId, 'aggregateId', where)
   const eventType = checkKey(input.eventType, 'eventType', where)
   const payloadJson = serialisePayload(input.payload, where)
-  const bytes = Buffer.byteLength(payloadJson)
-  if (bytes > maxPayloadBytes) {
+  // Measured as the relay will send it: PostgreSQL prints the stored jsonb with spaces after separators and numbers
+  // in full, so `JSON.stringify`'s length can be far below the body's (1e300 takes 301 bytes on the wire).
+  const payloadBytes = jsonbTextBytes(payloadJson)
+  if (payloadBytes > maxPayloadBytes) {
     throw new OutboxError(
       'ERR_OUTBOX_PAYLOAD_TOO_LARGE',
-      `${where}payload is ${bytes} bytes of JSON; the limit is ${maxPayloadBytes} (store large data elsewhere and send a reference, or raise maxPayloadBytes below the consumer's limit)`,
+      `${where}payload is ${payloadBytes} bytes as sent (its JSON as PostgreSQL prints it); the limit is ${maxPayloadBytes} (store large data elsewhere and send a reference, or raise maxPayloadBytes below the consumer's limit)`,
     )
   }
-  return { aggregateType, aggregateId, eventType, payloadJson }
+  return { aggregateType, aggregateId, eventType, payloadJson, payloadBytes }
 }

@@ -47,11 +47,17 @@ export interface RelayEventMap {
     readonly eventId: string
     readonly retryInMs: number | null
   }
-  /** A lane was claimed after another claim expired without an outcome; its head was charged one attempt. */
+  /**
+   * A lane was claimed after another claim of it expired without an outcome (its relay died or hung). `charged`: a
+   * request of its head was under way then, which counts as one failed attempt (retried on the schedule, or
+   * dead-lettered, like any failure); otherwise the lane was only claimed, and is handed over free.
+   */
   'lane:takeover': {
     readonly aggregateType: string
     readonly aggregateId: string
     readonly eventId: string
+    readonly charged: boolean
+    /** The head's failed attempts, the charged one included. */
     readonly attempts: number
   }
   /** Something went wrong outside one delivery (database unreachable, …); the relay keeps going and retries. */

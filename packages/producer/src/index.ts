@@ -12,16 +12,35 @@ export { type EnqueuedEvent, type EnqueueOptions, enqueue, enqueueMany } from '.
 export { OutboxError, type OutboxErrorCode } from './errors.js'
 export { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput } from './event-input.js'
 export type { EventRef, RelayEventMap, RelayListener } from './events.js'
-export { LISTEN_MAX_BACKOFF_MS, LISTEN_MIN_BACKOFF_MS, type ListenOption } from './listen.js'
+export {
+  type CheckIntegrityOptions,
+  checkIntegrity,
+  DEFAULT_OVERDUE_AFTER_MS,
+  type IntegrityFinding,
+  type IntegrityReport,
+  type IntegrityViolation,
+  type IntegrityViolationKind,
+  type LaneRepairResult,
+  type RepairReport,
+  repairIntegrity,
+} from './integrity.js'
+export {
+  LISTEN_CONNECT_TIMEOUT_MS,
+  LISTEN_MAX_BACKOFF_MS,
+  LISTEN_MIN_BACKOFF_MS,
+  type ListenOption,
+} from './listen.js'
 export { consoleLogger, type Logger, type LogMethod, silentLogger } from './logger.js'
 export { LATENCY_BUCKETS, type MetricsOptions, type MetricsRegistry } from './metrics.js'
 export {
   DEFAULT_BATCH_SIZE,
   DEFAULT_CONCURRENCY,
   DEFAULT_LEASE_MS,
+  DEFAULT_MAX_BUFFERED_BYTES,
   DEFAULT_POLL_INTERVAL_MS,
   DEFAULT_REQUEST_TIMEOUT_MS,
   type Endpoint,
+  type EndpointEvent,
   LEASE_MARGIN_MS,
   type OnExhausted,
   type RelayOptions,
@@ -41,6 +60,7 @@ export {
   MAX_RETRY_AFTER_MS,
   MIN_CONFLICT_PARK_MS,
   RETRY_JITTER,
+  retryHorizonMs,
 } from './retry-policy.js'
 export {
   type BlockedReason,

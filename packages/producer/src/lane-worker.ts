@@ -1,66 +1,76 @@
-import type { OutboxEvent } from '@outbox/protocol'
 import { buildBody, type DeliveryOutcome, type WebhookSender } from './delivery.js'
 import type { EventRef, RelayEvents } from './events.js'
 import type { MarkBuffer } from './mark-buffer.js'
-import { LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
-import { conflictParkDelay, retryDelay } from './retry-policy.js'
+import { type EndpointEvent, LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
+import { conflictParkDelay, decideAfterFailure } from './retry-policy.js'
+import type { RelayRuntime } from './runtime.js'
+import type { ClaimedLaneRow } from './sql/claim-lanes.js'
 import { deadLetterHead } from './sql/dead-letter-head.js'
 import type { FailedAttempt } from './sql/failed-attempt.js'
+import { markStarted } from './sql/mark-started.js'
 import { parkLane } from './sql/park-lane.js'
 import { scheduleRetry } from './sql/schedule-retry.js'
 import { type LaneEventRow, selectLaneEvents } from './sql/select-lane-events.js'
 
 /** A lane this relay owns, with the events read for it. */
-export interface ClaimedLane {
-  readonly aggregateType: string
-  readonly aggregateId: string
-  readonly claimToken: string
-  /** Monotonic time (performance.now) after which the lease may be gone; taken BEFORE the claim was sent. */
+export interface ClaimedLane extends ClaimedLaneRow {
+  /** Clock time (the relay's monotonic clock) when the claim was sent: no earlier than the database's. */
+  readonly claimedAt: number
+  /** Clock time after which the lease may be gone: `claimedAt + leaseMs`. */
   readonly deadline: number
-  /** Consecutive 409 parks before this claim. */
-  readonly conflictCount: number
-  readonly events: LaneEventRow[]
+  /** Payload bytes read for this lane so far (its claim and later batches), held against the relay's budget. */
+  heldBytes: number
 }
 
 /** What delivering one lane did. */
 export interface LaneResult {
-  delivered: number
-  failed: number
-  dead: number
+  readonly delivered: number
+  readonly failed: number
+  readonly dead: number
 }
 
-/** What a lane worker needs from its relay. */
+/** What a lane worker needs from its relay; built once per relay. */
 export interface LaneContext {
   readonly options: ResolvedRelayOptions
+  readonly runtime: RelayRuntime
   readonly sender: WebhookSender
   readonly marks: MarkBuffer
   readonly events: RelayEvents
   /** True once the relay stops claiming: finish the current request, then hand the lane back. */
   readonly stopping: () => boolean
   readonly abort: AbortSignal
+  /** Payload bytes the relay may still read before its buffer budget is spent. */
+  readonly bytesLeft: () => number
+  /** Counts bytes read for a lane against the budget (given back when the lane finishes). */
+  readonly hold: (lane: ClaimedLane, bytes: number) => void
 }
 
-function toEvent(row: LaneEventRow): OutboxEvent<unknown> {
+/** Why the head of a charged takeover failed: its request was under way when the previous claim expired. */
+export const TAKEOVER_ERROR =
+  'the previous claim expired while its request was under way (the relay crashed or hung on it)'
+
+function toEvent(row: LaneEventRow): EndpointEvent {
   return {
-    eventId: row.event_id,
-    type: row.event_type,
-    aggregateType: row.aggregate_type,
-    aggregateId: row.aggregate_id,
-    sequence: Number(row.sequence),
-    occurredAt: row.created_at.toISOString(),
-    data: undefined,
+    eventId: row.eventId,
+    type: row.eventType,
+    aggregateType: row.aggregateType,
+    aggregateId: row.aggregateId,
+    sequence: row.sequence,
+    occurredAt: row.createdAt.toISOString(),
   }
 }
 
-function refOf(event: OutboxEvent<unknown>): EventRef {
+function refOf(row: LaneEventRow): EventRef {
   return {
-    eventId: event.eventId,
-    eventType: event.type,
-    aggregateType: event.aggregateType,
-    aggregateId: event.aggregateId,
-    sequence: event.sequence,
+    eventId: row.eventId,
+    eventType: row.eventType,
+    aggregateType: row.aggregateType,
+    aggregateId: row.aggregateId,
+    sequence: row.sequence,
   }
 }
+
+const NOTHING: LaneResult = Object.freeze({ delivered: 0, failed: 0, dead: 0 })
 
 /**
  * Delivers one claimed lane in sequence order, one request at a time, and hands the lane back.
@@ -68,10 +78,35 @@ function refOf(event: OutboxEvent<unknown>): EventRef {
  * The lane stops at its first failure (nothing behind a failed head is sent); a request is never started unless
  * the lease still covers its whole timeout; 2xx marks go to the batch buffer and the release is queued behind
  * them, so the lane is free again only once its marks are written — but the caller's slot is free at once.
+ *
+ * Takeovers: a lane whose previous claim expired while a request of its head was under way (`charged`) first
+ * settles that request as a failed attempt — retried on the schedule or dead-lettered, like any other failure, so
+ * an event that kills every relay sending it cannot freeze its lane. A watched lane records its claim before the
+ * first request, which is what lets the next takeover tell a started lane from one only claimed.
  */
 export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<LaneResult> {
-  const result: LaneResult = { delivered: 0, failed: 0, dead: 0 }
-  const settled = await deliverInOrder(ctx, lane, result)
+  const head = lane.events[0]
+  if (!head) {
+    // Its events were delivered by the previous owner between our claim and our read: just hand it back.
+    ctx.marks.release({ claimToken: lane.claimToken, delivered: false })
+    return NOTHING
+  }
+  if (lane.charged) {
+    const failure: FailedAttempt = {
+      claimToken: lane.claimToken,
+      id: head.id,
+      attempts: head.attempts + 1,
+      httpStatus: null,
+      error: TAKEOVER_ERROR,
+      attemptedAt: new Date(),
+    }
+    return await settleFailure(ctx, lane, head, failure, lane.claimedAt, undefined)
+  }
+  if (lane.watchStarts && !(await markStarted(ctx.options.db, ctx.options.schema, lane.claimToken))) {
+    // The claim is no longer ours (its lease ran out before we started): nothing to send, nothing to release.
+    return NOTHING
+  }
+  const { result, settled } = await deliverInOrder(ctx, lane)
   // A failure's outcome (retry, park, dead letter) has released the lane already. Otherwise the release is not
   // awaited: the lane stays leased (no one, this relay included, can claim it) until the release is written in
   // the same statement as its marks, so the slot can take the next lane now instead of waiting for that write.
@@ -79,23 +114,34 @@ export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<
   return result
 }
 
-/** What delivering one row asks of its lane. */
-type RowStep = 'next' | 'hand back' | 'settled'
+/** What delivering one row asks of its lane: go on, hand the lane back, or the lane was settled by a failure. */
+type RowStep = { readonly next: 'row' } | { readonly next: 'hand back' } | { readonly settled: LaneResult }
 
 /**
  * Sends the lane's rows batch after batch until one is not answered 2xx, the lease or the slice runs short, or
- * the relay stops. True when a failure's outcome released the lane.
+ * the relay stops. `settled` when a failure's outcome released the lane.
  */
-async function deliverInOrder(ctx: LaneContext, lane: ClaimedLane, result: LaneResult): Promise<boolean> {
-  const claimedAt = performance.now()
-  const log = { lane: `${lane.aggregateType}:${lane.aggregateId}` }
-  for (let batch = lane.events; batch.length > 0; batch = await nextBatch(ctx, lane, batch, claimedAt)) {
+async function deliverInOrder(
+  ctx: LaneContext,
+  lane: ClaimedLane,
+): Promise<{ result: LaneResult; settled: boolean }> {
+  let delivered = 0
+  let batch: readonly LaneEventRow[] = lane.events
+  // Clock time the current batch was read: its rows' failing times were measured then (or later).
+  let readAt = lane.claimedAt
+  while (batch.length > 0) {
     for (const row of batch) {
-      const step = await deliverRow(ctx, lane, row, result, log)
-      if (step !== 'next') return step === 'settled'
+      const step = await deliverRow(ctx, lane, row, readAt, delivered)
+      if ('settled' in step) {
+        return { result: { ...step.settled, delivered: delivered + step.settled.delivered }, settled: true }
+      }
+      if (step.next === 'hand back') return { result: { ...NOTHING, delivered }, settled: false }
+      delivered += 1
     }
+    readAt = ctx.runtime.clock.now()
+    batch = await nextBatch(ctx, lane, batch)
   }
-  return false
+  return { result: { ...NOTHING, delivered }, settled: false }
 }
 
 /** Sends one row and records its outcome: a 2xx is marked, any other answer settles the lane. */
@@ -103,14 +149,15 @@ async function deliverRow(
   ctx: LaneContext,
   lane: ClaimedLane,
   row: LaneEventRow,
-  result: LaneResult,
-  log: { readonly lane: string },
+  readAt: number,
+  deliveredBefore: number,
 ): Promise<RowStep> {
-  const { options, sender, events } = ctx
-  if (ctx.stopping()) return 'hand back'
-  if (performance.now() + options.requestTimeoutMs + LEASE_MARGIN_MS > lane.deadline) {
+  const { options, sender, events, runtime } = ctx
+  const log = { lane: `${lane.aggregateType}:${lane.aggregateId}` }
+  if (ctx.stopping()) return { next: 'hand back' }
+  if (runtime.clock.now() + options.requestTimeoutMs + LEASE_MARGIN_MS > lane.deadline) {
     options.logger.debug(log, 'lease too short for another request; handing the lane back')
-    return 'hand back'
+    return { next: 'hand back' }
   }
   const event = toEvent(row)
   const attemptedAt = new Date()
@@ -130,33 +177,32 @@ async function deliverRow(
       deliveryStatus: outcome.deliveryStatus,
       attemptedAt,
     })
-    result.delivered += 1
     if (events.has('delivery:success')) {
       events.emit('delivery:success', {
-        ...refOf(event),
+        ...refOf(row),
         httpStatus: outcome.httpStatus,
         deliveryStatus: outcome.deliveryStatus,
         attempts: row.attempts + 1,
-        latencyMs: Date.now() - row.created_at.getTime(),
+        latencyMs: Date.now() - row.createdAt.getTime(),
       })
     }
     if (outcome.deliveryStatus === 'stale_ignored') {
       options.logger.warn(
-        { ...log, eventId: event.eventId, sequence: event.sequence },
+        { ...log, eventId: row.eventId, sequence: row.sequence },
         'consumer answered stale_ignored',
       )
-      events.emit('delivery:stale', { ...refOf(event), httpStatus: outcome.httpStatus })
+      events.emit('delivery:stale', { ...refOf(row), httpStatus: outcome.httpStatus })
     }
-    return 'next'
+    return { next: 'row' }
   }
 
-  if (outcome.kind === 'aborted') return 'hand back'
+  if (outcome.kind === 'aborted') return { next: 'hand back' }
 
   // The lane stops here. Write its earlier 2xx marks first: the outcome below releases the lane, and marks
   // fenced by a released token would be dropped (and their events sent again).
-  if (result.delivered > 0) await ctx.marks.flush()
+  if (deliveredBefore > 0) await ctx.marks.flush()
   if (outcome.kind === 'conflict') {
-    const parkMs = conflictParkDelay(options.retrySchedule, lane.conflictCount + 1)
+    const parkMs = conflictParkDelay(options.retrySchedule, lane.conflictCount + 1, runtime.random)
     await parkLane(
       options.db,
       options.schema,
@@ -164,17 +210,17 @@ async function deliverRow(
       parkMs,
     )
     options.logger.warn(
-      { ...log, eventId: event.eventId, sequence: event.sequence },
+      { ...log, eventId: row.eventId, sequence: row.sequence },
       'consumer answered 409; lane parked',
     )
     events.emit('lane:blocked', {
       aggregateType: lane.aggregateType,
       aggregateId: lane.aggregateId,
       reason: 'conflict',
-      eventId: event.eventId,
+      eventId: row.eventId,
       retryInMs: parkMs,
     })
-    return 'settled'
+    return { settled: NOTHING }
   }
   const failure: FailedAttempt = {
     claimToken: lane.claimToken,
@@ -184,8 +230,7 @@ async function deliverRow(
     error: outcome.error,
     attemptedAt,
   }
-  await settleFailure(ctx, lane, event, failure, outcome.retryAfterMs, result)
-  return 'settled'
+  return { settled: await settleFailure(ctx, lane, row, failure, readAt, outcome.retryAfterMs) }
 }
 
 /**
@@ -199,21 +244,26 @@ async function nextBatch(
   ctx: LaneContext,
   lane: ClaimedLane,
   batch: readonly LaneEventRow[],
-  claimedAt: number,
 ): Promise<LaneEventRow[]> {
-  const { options } = ctx
+  const { options, runtime } = ctx
   if (batch.length < options.batchSize || ctx.stopping()) return []
-  if (performance.now() - claimedAt > LANE_SLICE_MS) return []
+  if (runtime.clock.now() - lane.claimedAt > LANE_SLICE_MS) return []
+  const bytesLeft = ctx.bytesLeft()
+  if (bytesLeft <= 0) return []
   const last = batch[batch.length - 1]!
   try {
     // Fenced by the token, and after the last row sent: its marks may still be in the buffer, not yet written.
-    return await selectLaneEvents(
-      options.db,
-      options.schema,
-      [lane.claimToken],
-      options.batchSize,
-      last.sequence,
+    const rows = await selectLaneEvents(options.db, options.schema, {
+      claimToken: lane.claimToken,
+      afterSequence: last.sequence,
+      batchSize: options.batchSize,
+      maxBytes: bytesLeft,
+    })
+    ctx.hold(
+      lane,
+      rows.reduce((sum, row) => sum + row.payloadBytes, 0),
     )
+    return rows
   } catch (error) {
     options.logger.warn(
       { err: error, lane: `${lane.aggregateType}:${lane.aggregateId}` },
@@ -223,59 +273,77 @@ async function nextBatch(
   }
 }
 
-/** Retries a failed head on the schedule, or dead-letters it when its attempts are used up. Releases the lane. */
-export async function settleFailure(
+/**
+ * Settles a failed attempt on a lane's head: retried after the delay {@link decideAfterFailure} gives, or
+ * dead-lettered once the event has used its attempts and its failing horizon. Releases the lane.
+ *
+ * `readAt` is the clock time the row was read: its `failingMs` was measured then, in database time, so the time
+ * since is added (an underestimate by the read's own duration, never an overestimate: giving up is never early).
+ */
+async function settleFailure(
   ctx: LaneContext,
-  lane: Pick<ClaimedLane, 'aggregateType' | 'aggregateId'>,
-  event: OutboxEvent<unknown>,
+  lane: ClaimedLane,
+  row: LaneEventRow,
   failure: FailedAttempt,
+  readAt: number,
   retryAfterMs: number | undefined,
-  result: LaneResult,
-): Promise<void> {
-  const { options, events } = ctx
+): Promise<LaneResult> {
+  const { options, events, runtime } = ctx
   const log = {
     lane: `${lane.aggregateType}:${lane.aggregateId}`,
-    eventId: event.eventId,
-    sequence: event.sequence,
+    eventId: row.eventId,
+    sequence: row.sequence,
   }
-  const scheduled = retryDelay(options.retrySchedule, failure.attempts)
-  if (scheduled === null || failure.attempts >= options.maxAttempts) {
+  const failingMs = row.failingMs === null ? 0 : row.failingMs + Math.max(0, runtime.clock.now() - readAt)
+  const decision = decideAfterFailure(
+    options.retrySchedule,
+    options.maxAttempts,
+    retryAfterMs === undefined
+      ? { attempts: failure.attempts, failingMs }
+      : { attempts: failure.attempts, failingMs, retryAfterMs },
+    runtime.random,
+  )
+  if (decision.kind === 'dead') {
     await deadLetterHead(options.db, options.schema, failure, options.onExhausted)
-    result.dead += 1
     options.logger.error(
       { ...log, attempts: failure.attempts, status: failure.httpStatus, error: failure.error },
       'event dead-lettered',
     )
     events.emit('delivery:dead', {
-      ...refOf(event),
+      ...refOf(row),
       attempts: failure.attempts,
       httpStatus: failure.httpStatus,
       error: failure.error,
       onExhausted: options.onExhausted,
     })
     if (options.onExhausted === 'block') {
-      events.emit('lane:blocked', { ...lane, reason: 'exhausted', eventId: event.eventId, retryInMs: null })
+      events.emit('lane:blocked', {
+        aggregateType: lane.aggregateType,
+        aggregateId: lane.aggregateId,
+        reason: 'exhausted',
+        eventId: row.eventId,
+        retryInMs: null,
+      })
     }
-    return
+    return { ...NOTHING, dead: 1 }
   }
-  const delayMs = retryAfterMs ?? scheduled
-  await scheduleRetry(options.db, options.schema, failure, delayMs)
-  result.failed += 1
+  await scheduleRetry(options.db, options.schema, failure, decision.delayMs)
   options.logger.info(
     {
       ...log,
       attempts: failure.attempts,
       status: failure.httpStatus,
       error: failure.error,
-      retryInMs: delayMs,
+      retryInMs: decision.delayMs,
     },
     'delivery failed; will retry',
   )
   events.emit('delivery:retry', {
-    ...refOf(event),
+    ...refOf(row),
     attempts: failure.attempts,
     httpStatus: failure.httpStatus,
     error: failure.error,
-    retryInMs: delayMs,
+    retryInMs: decision.delayMs,
   })
+  return { ...NOTHING, failed: 1 }
 }

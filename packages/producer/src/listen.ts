@@ -7,12 +7,24 @@ import type { Logger } from './logger.js'
  * LISTEN needs a session: it does not pass transaction-mode poolers such as PgBouncer in transaction mode — point
  * it at PostgreSQL directly (or a session-mode pool).
  */
-export type ListenOption = { readonly connectionString: string } | (() => Promise<pg.Client>) | false
+export type ListenOption =
+  | {
+      readonly connectionString: string
+      /** How long a connection attempt may take. @defaultValue 10000 ({@link LISTEN_CONNECT_TIMEOUT_MS}) */
+      readonly connectTimeoutMs?: number
+    }
+  | (() => Promise<pg.Client>)
+  | false
 
 /** First reconnect delay after the LISTEN connection is lost; doubles up to {@link LISTEN_MAX_BACKOFF_MS}, ±50%. */
 export const LISTEN_MIN_BACKOFF_MS = 100
 /** Longest wait between LISTEN reconnect attempts. */
 export const LISTEN_MAX_BACKOFF_MS = 30_000
+/**
+ * How long connecting the LISTEN connection (and its LISTEN command) may take before the try counts as failed:
+ * a host that accepts TCP and never answers must not hang `start()` — the relay polls meanwhile and retries.
+ */
+export const LISTEN_CONNECT_TIMEOUT_MS = 10_000
 
 /**
  * Keeps one LISTEN connection open and calls `wake` on every notification. When the connection is lost it says
@@ -63,6 +75,8 @@ export class Listener {
         client = new pg.Client({
           connectionString: this.option.connectionString,
           application_name: 'outbox-relay-listen',
+          connectionTimeoutMillis: this.option.connectTimeoutMs ?? LISTEN_CONNECT_TIMEOUT_MS,
+          query_timeout: this.option.connectTimeoutMs ?? LISTEN_CONNECT_TIMEOUT_MS,
         })
         await client.connect()
       }

@@ -1,3 +1,4 @@
+import { type Clock, sleep, systemClock } from './runtime.js'
 import type { LaneRelease, SentMark } from './sql/mark-sent.js'
 
 type Writer = (marks: readonly SentMark[], releases: readonly LaneRelease[]) => Promise<void>
@@ -17,7 +18,8 @@ export class MarkBuffer {
   #releases: LaneRelease[] = []
   #waiters: (() => void)[] = []
   #running: Promise<void> | undefined
-  #timer: NodeJS.Timeout | undefined
+  /** The next write, waiting for `delayMs` on the clock or, when it is due at once, for the next turn of the loop. */
+  #timer: { readonly delayed: unknown } | { readonly immediate: NodeJS.Immediate } | undefined
   #failures = 0
   #abandoned = false
 
@@ -26,6 +28,7 @@ export class MarkBuffer {
     private readonly onError: (error: unknown) => void,
     private readonly delayMs = 20,
     private readonly maxBatch = 1000,
+    private readonly clock: Clock = systemClock,
   ) {}
 
   /** Queues a 2xx mark. */
@@ -57,7 +60,7 @@ export class MarkBuffer {
     const dropped = this.#marks.length + this.#releases.length
     this.#marks = []
     this.#releases = []
-    clearTimeout(this.#timer)
+    this.#cancelTimer()
     for (const resolve of this.#waiters.splice(0)) resolve()
     return dropped
   }
@@ -66,11 +69,16 @@ export class MarkBuffer {
     return this.#marks.length + this.#releases.length
   }
 
+  /** True while a write runs or is about to start (not while marks wait out their delay). */
+  get busy(): boolean {
+    return this.#running !== undefined || (this.#timer !== undefined && 'immediate' in this.#timer)
+  }
+
   #schedule(delayMs: number): void {
     if (this.#running || this.#abandoned) return
     if (this.#timer && delayMs > 0) return
-    clearTimeout(this.#timer)
-    this.#timer = setTimeout(() => {
+    this.#cancelTimer()
+    const start = () => {
       this.#timer = undefined
       this.#running = this.#run().finally(() => {
         this.#running = undefined
@@ -79,7 +87,19 @@ export class MarkBuffer {
         if (this.#marks.length > 0 || this.#releases.length > 0) this.#schedule(urgent ? 0 : this.delayMs)
         else for (const resolve of this.#waiters.splice(0)) resolve()
       })
-    }, delayMs)
+    }
+    // "At once" is the next turn of the event loop, whatever the clock: releases of lanes finishing together then
+    // share one write.
+    this.#timer =
+      delayMs > 0 ? { delayed: this.clock.setTimeout(start, delayMs) } : { immediate: setImmediate(start) }
+  }
+
+  #cancelTimer(): void {
+    const timer = this.#timer
+    this.#timer = undefined
+    if (timer === undefined) return
+    if ('immediate' in timer) clearImmediate(timer.immediate)
+    else this.clock.clearTimeout(timer.delayed)
   }
 
   async #run(): Promise<void> {
@@ -108,9 +128,7 @@ export class MarkBuffer {
       this.#marks = marks.concat(this.#marks)
       this.#releases = releases.concat(this.#releases)
       this.#waiters = waiters.concat(this.#waiters)
-      await new Promise((resolve) =>
-        setTimeout(resolve, Math.min(5000, 50 * 2 ** Math.min(this.#failures, 7))),
-      )
+      await sleep(this.clock, Math.min(5000, 50 * 2 ** Math.min(this.#failures, 7)))
     }
   }
 }

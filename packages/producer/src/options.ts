@@ -7,8 +7,14 @@ import type { MetricsOptions } from './metrics.js'
 import { DEFAULT_RETRY_SCHEDULE } from './retry-policy.js'
 import { resolveSchema } from './schema-name.js'
 
+/**
+ * An event as the endpoint function sees it: everything but its payload, which the relay sends as stored JSON text
+ * and never parses on the hot path.
+ */
+export type EndpointEvent = Omit<OutboxEvent<unknown>, 'data'>
+
 /** Where an event goes: one URL, or a function of the event (per tenant). All events of one aggregate must map to the same URL. */
-export type Endpoint = string | ((event: OutboxEvent<unknown>) => string)
+export type Endpoint = string | ((event: EndpointEvent) => string)
 
 /** What happens when an event has used all its attempts and is dead-lettered. */
 export type OnExhausted = 'skip' | 'block'
@@ -47,6 +53,12 @@ export interface RelayOptions {
   readonly listen?: ListenOption
   /** Prometheus metrics on your prom-client registry: `{ register }`. @defaultValue off */
   readonly metrics?: MetricsOptions
+  /**
+   * Most payload bytes the relay holds read but not yet delivered, across all its lanes: each claim and each batch
+   * read asks the database for no more than what is left, so memory is bounded in bytes, not only in rows (one
+   * event larger than all of it is still read, alone). @defaultValue 67108864 (64 MiB)
+   */
+  readonly maxBufferedBytes?: number
 }
 
 /** Default of {@link RelayOptions.leaseMs}. */
@@ -59,6 +71,8 @@ export const DEFAULT_BATCH_SIZE = 200
 export const DEFAULT_CONCURRENCY = 16
 /** Default of {@link RelayOptions.pollIntervalMs}. */
 export const DEFAULT_POLL_INTERVAL_MS = 200
+/** Default of {@link RelayOptions.maxBufferedBytes}: 64 MiB. */
+export const DEFAULT_MAX_BUFFERED_BYTES = 64 * 1024 * 1024
 /**
  * Time a lease must still have, beyond the request timeout, before a request starts: it covers the claim's round
  * trip and the teardown of a timed-out request, so a request never outlives the lease that allowed it.
@@ -68,7 +82,7 @@ export const LEASE_MARGIN_MS = 250
 /** {@link RelayOptions} checked, defaulted and frozen. */
 export interface ResolvedRelayOptions {
   readonly db: Kysely<any>
-  readonly endpoint: (event: OutboxEvent<unknown>) => string
+  readonly endpoint: (event: EndpointEvent) => string
   readonly signingKeys: readonly SigningKey[]
   readonly leaseMs: number
   readonly requestTimeoutMs: number
@@ -82,6 +96,7 @@ export interface ResolvedRelayOptions {
   readonly schema: string
   readonly listen: ListenOption
   readonly metrics: MetricsOptions | undefined
+  readonly maxBufferedBytes: number
 }
 
 function invalid(message: string): never {
@@ -129,7 +144,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   ) {
     invalid('db must be a Kysely instance (new Kysely({ dialect: new PostgresDialect({ pool }) }))')
   }
-  let endpoint: (event: OutboxEvent<unknown>) => string
+  let endpoint: (event: EndpointEvent) => string
   if (typeof options.endpoint === 'function') endpoint = options.endpoint
   else {
     const url = checkEndpointUrl(options.endpoint)
@@ -167,6 +182,9 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     if (typeof listen !== 'object' || listen === null || typeof listen.connectionString !== 'string') {
       invalid('listen must be { connectionString }, a function returning a connected pg.Client, or false')
     }
+    if (listen.connectTimeoutMs !== undefined) {
+      integer(listen.connectTimeoutMs, 0, 'listen.connectTimeoutMs', 1)
+    }
   }
   if (options.metrics !== undefined) {
     const register = (options.metrics as { register?: { registerMetric?: unknown } } | null)?.register
@@ -196,5 +214,6 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     schema: resolveSchema(options.schema),
     listen,
     metrics: options.metrics,
+    maxBufferedBytes: integer(options.maxBufferedBytes, DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes', 1024),
   })
 }

@@ -1,27 +1,21 @@
 import { WebhookSender } from './delivery.js'
 import { type RelayEventMap, RelayEvents, type RelayListener } from './events.js'
-import {
-  type ClaimedLane,
-  deliverLane,
-  type LaneContext,
-  type LaneResult,
-  settleFailure,
-} from './lane-worker.js'
+import { type ClaimedLane, deliverLane, type LaneContext, type LaneResult } from './lane-worker.js'
 import { Listener } from './listen.js'
 import { MarkBuffer } from './mark-buffer.js'
 import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
+import { type RelayRuntime, runtimeOf, sleep } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
 import { withCurrentSchema } from './schema-outdated.js'
 import { claimLanes } from './sql/claim-lanes.js'
-import { countTakeoverAttempts } from './sql/count-takeover-attempts.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
 
 /** What one {@link Relay.runOnce} did. */
 export interface RunOnceResult {
   /** Events answered 2xx. */
   readonly delivered: number
-  /** Failed attempts that will be retried (409 parks included). */
+  /** Failed attempts that will be retried. */
   readonly failed: number
   /** Events dead-lettered. */
   readonly dead: number
@@ -44,8 +38,44 @@ const STOP_GRACE_MS = 2000
  */
 const SCAN_ROWS_PER_LANE = 8
 
-function sleep(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms))
+/** What one pass of the claim loop asks next: go again at once, or wait for a wake-up or the poll. */
+type Pass = 'again' | 'wait'
+
+/** What a relay is doing right now, for tests that step it and wait for it to settle. */
+export interface RelayActivity {
+  readonly claiming: boolean
+  readonly activeLanes: number
+  readonly readyLanes: number
+  readonly requestsInFlight: number
+  /** A mark or release write runs or is about to start. */
+  readonly marksBusy: boolean
+  readonly heldBytes: number
+}
+
+/**
+ * A relay's inner controls, for tests that drive it step by step (the model-based test): not public API, reached
+ * through {@link relayTestHooks}.
+ */
+export interface RelayTestHooks {
+  /** Enters the running state without the claim loop or LISTEN: the test calls {@link RelayTestHooks.step}. */
+  startStepping(): Promise<void>
+  /** One pass of the real claim loop: start ready lanes, claim (ahead too) when there is room, start what came. */
+  step(): Promise<Pass>
+  activity(): RelayActivity
+  /** Writes queued marks and releases now. */
+  flush(): Promise<void>
+  /**
+   * Behaves like a killed process: writes nothing more (marks and releases are dropped; the caller also cuts the
+   * relay's database connections), requests in flight are cut, ready lanes are forgotten.
+   */
+  crash(): void
+}
+
+const testHooks = new WeakMap<Relay, RelayTestHooks>()
+
+/** The inner controls of a relay (tests only). */
+export function relayTestHooks(relay: Relay): RelayTestHooks {
+  return testHooks.get(relay)!
 }
 
 /**
@@ -69,12 +99,17 @@ function sleep(ms: number): Promise<void> {
  */
 export class Relay {
   readonly #options: ResolvedRelayOptions
+  readonly #runtime: RelayRuntime
   readonly #events: RelayEvents
   readonly #sender: WebhookSender
   readonly #marks: MarkBuffer
+  readonly #context: LaneContext
   readonly #active = new Set<Promise<LaneResult>>()
   /** Lanes claimed ahead, waiting for a delivery slot (see {@link Relay.#run}). */
   #ready: ClaimedLane[] = []
+  /** Payload bytes read and not yet delivered, across every lane held: bounded by `maxBufferedBytes`. */
+  #heldBytes = 0
+  #claiming = false
   #state: 'idle' | 'running' | 'stopping' = 'idle'
   #abort = new AbortController()
   #loop: Promise<void> | undefined
@@ -84,23 +119,27 @@ export class Relay {
   /** NOTIFYs received so far; the mark writer compares it across a write (see the constructor). */
   #notifications = 0
   /**
-   * True when the claim loop last stopped for lack of room (slots and ready queue full, or its claim came back
-   * full): a lane that finishes should wake it. Otherwise the database had no more due lanes, and a finishing lane
-   * changes nothing a NOTIFY or a release would not announce — waking then only costs an empty claim.
+   * True when the claim loop last stopped for lack of room (slots, ready queue or byte budget full, or its claim
+   * came back full): a lane that finishes should wake it. Otherwise the database had no more due lanes, and a
+   * finishing lane changes nothing a NOTIFY or a release would not announce — waking then only costs an empty claim.
    */
   #roomBound = false
   #closed = false
+  /** Set by the test hooks' crash: a killed process writes nothing more. */
+  #crashed = false
   #listener: Listener | undefined
   #metrics: Promise<RelayMetrics> | undefined
 
   /** Checks every option now and throws `OutboxError` (`ERR_OUTBOX_INVALID_OPTIONS`) with what to change. */
   constructor(options: RelayOptions) {
     this.#options = resolveRelayOptions(options)
+    this.#runtime = runtimeOf(options)
     this.#events = new RelayEvents(this.#options.logger)
     this.#sender = new WebhookSender({
       keys: this.#options.signingKeys,
       timeoutMs: this.#options.requestTimeoutMs,
       connections: this.#options.concurrency,
+      clock: this.#runtime.clock,
     })
     this.#marks = new MarkBuffer(
       async (marks, releases) => {
@@ -119,7 +158,49 @@ export class Relay {
           this.#requestWake()
       },
       (error) => this.#reportError(error, 'flush'),
+      undefined,
+      undefined,
+      this.#runtime.clock,
     )
+    this.#context = {
+      options: this.#options,
+      runtime: this.#runtime,
+      sender: this.#sender,
+      marks: this.#marks,
+      events: this.#events,
+      stopping: () => this.#state === 'stopping',
+      abort: this.#abort.signal,
+      bytesLeft: () => this.#options.maxBufferedBytes - this.#heldBytes,
+      hold: (lane, bytes) => {
+        lane.heldBytes += bytes
+        this.#heldBytes += bytes
+      },
+    }
+    testHooks.set(this, {
+      startStepping: async () => {
+        if (this.#state !== 'idle') throw new Error('the relay is already running')
+        await this.#setUpMetrics()
+        this.#state = 'running'
+      },
+      step: () => this.#pass(),
+      activity: () => ({
+        claiming: this.#claiming,
+        activeLanes: this.#active.size,
+        readyLanes: this.#ready.length,
+        requestsInFlight: this.#sender.inFlight,
+        marksBusy: this.#marks.busy,
+        heldBytes: this.#heldBytes,
+      }),
+      flush: () => this.#marks.flush(),
+      crash: () => {
+        this.#crashed = true
+        this.#state = 'stopping'
+        this.#closed = true
+        this.#marks.abandon()
+        this.#ready = []
+        this.#sender.abortAll()
+      },
+    })
   }
 
   /** The resolved, frozen options (secrets are not exposed). */
@@ -154,7 +235,7 @@ export class Relay {
    */
   async runOnce(): Promise<RunOnceResult> {
     await this.#setUpMetrics()
-    const { lanes } = await this.#claim(this.#options.concurrency)
+    const { lanes } = await this.#claim(this.#options.concurrency, this.#context.bytesLeft())
     const results = await Promise.all(lanes.map((lane) => this.#deliver(lane)))
     await this.#marks.flush()
     return results.reduce<RunOnceResult>(
@@ -172,7 +253,6 @@ export class Relay {
     if (this.#closed) throw new Error('this relay was stopped; create a new Relay to start again')
     if (this.#state !== 'idle') return
     this.#state = 'running'
-    this.#abort = new AbortController()
     const { listen, logger, pollIntervalMs, concurrency, schema } = this.#options
     try {
       await this.#setUpMetrics()
@@ -241,26 +321,29 @@ export class Relay {
   }
 
   async #shutdown(timeoutMs: number): Promise<void> {
+    const { clock } = this.#runtime
     this.#state = 'stopping'
     this.#wake?.()
     const lanes = this.#active.size
     let aborted = 0
-    const abortTimer = setTimeout(() => {
+    const abortTimer = clock.setTimeout(() => {
       aborted = this.#active.size
       this.#abort.abort()
     }, timeoutMs)
     // Each lane finishes its current request (or is aborted at timeoutMs) and hands itself back through the mark
     // buffer. With the database unreachable those writes cannot land: wait a grace period, then give up on them
     // (their leases expire and another relay takes over — a delay, never a loss).
-    // The loop too: it may be mid-claim, and the lanes that claim returns must be handed back with the rest.
+    // The loop too: it may be mid-claim. A claim that outlasts even the grace (waiting on a lock, a slow server)
+    // hands its lanes back itself when it returns (see #pass).
     const settled = Promise.allSettled([...this.#active])
-    await Promise.race([Promise.all([settled, this.#loop]), sleep(timeoutMs + STOP_GRACE_MS)])
-    clearTimeout(abortTimer)
+    await Promise.race([Promise.all([settled, this.#loop]), sleep(clock, timeoutMs + STOP_GRACE_MS)])
+    clock.clearTimeout(abortTimer)
     // Lanes claimed ahead but never started go back untouched, in the same flush as everything else.
     for (const lane of this.#ready.splice(0)) {
+      this.#heldBytes -= lane.heldBytes
       this.#marks.release({ claimToken: lane.claimToken, delivered: false })
     }
-    await Promise.race([this.#marks.flush(), sleep(STOP_GRACE_MS)])
+    await Promise.race([this.#marks.flush(), sleep(clock, STOP_GRACE_MS)])
     const unflushed = this.#marks.abandon()
     await this.#listener?.stop()
     await this.#sender.close()
@@ -274,45 +357,78 @@ export class Relay {
   /**
    * The claim loop. It claims AHEAD: besides the `concurrency` lanes in delivery it keeps up to `concurrency` more
    * claimed and read, so a lane that finishes hands its slot to the next one at once instead of after a claim's
-   * two round trips. It claims when the ready queue is half empty (batches of lanes, not one claim per finished
-   * lane) or when a slot is free with nothing ready. Ready lanes hold a lease while they wait; the lease covers it
-   * (each request is still checked against the lane's deadline) and `stop()` hands them back unopened.
+   * two round trips. Ready lanes hold a lease while they wait; the lease covers it (each request is still checked
+   * against the lane's deadline) and `stop()` hands them back unopened.
    */
   async #run(): Promise<void> {
-    const { concurrency, pollIntervalMs } = this.#options
-    const refillAt = Math.ceil(concurrency / 2)
+    const { pollIntervalMs } = this.#options
     let errors = 0
     while (this.#state === 'running') {
-      this.#startReady()
-      const wanted = 2 * concurrency - this.#active.size - this.#ready.length
-      const slotFree = this.#active.size < concurrency
-      let claimed = 0
-      let windowFull = false
-      if (wanted > 0 && (wanted >= refillAt || slotFree)) {
-        try {
-          const { lanes, windowFull: full } = await this.#claim(wanted)
-          claimed = lanes.length
-          windowFull = full
-          errors = 0
-          this.#ready.push(...lanes)
-          if (this.#state !== 'running') break
-          this.#startReady()
-        } catch (error) {
-          errors += 1
-          this.#reportError(error, 'claim')
-          await this.#idle(Math.min(30_000, pollIntervalMs * 2 ** Math.min(errors, 8)))
-          continue
-        }
+      let next: Pass
+      try {
+        next = await this.#pass()
+        errors = 0
+      } catch (error) {
+        errors += 1
+        this.#reportError(error, 'claim')
+        await this.#idle(Math.min(30_000, pollIntervalMs * 2 ** Math.min(errors, 8)))
+        continue
       }
       if (this.#state !== 'running') break
-      // A full claim may leave more due lanes behind it: go again at once. Otherwise wait for a lane to finish
-      // (when room was what stopped us), a NOTIFY, a release with work left, or the poll interval.
-      // A claim whose scan window filled up may have left due lanes past it: the same.
-      const more = wanted > 0 && (claimed === wanted || windowFull)
-      this.#roomBound = more || wanted <= 0 || (wanted < refillAt && !slotFree)
-      if (more) continue
+      if (next === 'again') continue
       await this.#idle(pollIntervalMs)
     }
+  }
+
+  /**
+   * One pass of the claim loop. It claims when the ready queue is half empty (batches of lanes, not one claim per
+   * finished lane) or when a slot is free with nothing ready, and only what the byte budget leaves room for. A full
+   * claim, or one whose scan window filled up, may leave more due lanes behind it: then go again at once.
+   * Otherwise wait for a lane to finish (when room was what stopped us), a NOTIFY, a release with work left, or the
+   * poll interval.
+   */
+  async #pass(): Promise<Pass> {
+    const { concurrency } = this.#options
+    const refillAt = Math.ceil(concurrency / 2)
+    this.#startReady()
+    const wanted = 2 * concurrency - this.#active.size - this.#ready.length
+    const slotFree = this.#active.size < concurrency
+    const bytesLeft = this.#context.bytesLeft()
+    let claimed = 0
+    let windowFull = false
+    let budgetFull = bytesLeft <= 0
+    if (wanted > 0 && !budgetFull && (wanted >= refillAt || slotFree)) {
+      const result = await this.#claim(wanted, bytesLeft)
+      if (this.#state !== 'running') {
+        // Stopped (or crashed) while the claim ran: its lanes were never started.
+        this.#giveBack(result.lanes)
+        return 'wait'
+      }
+      claimed = result.lanes.length
+      windowFull = result.windowFull
+      budgetFull = result.budgetFull
+      this.#ready.push(...result.lanes)
+      this.#startReady()
+    }
+    const more = wanted > 0 && !budgetFull && (claimed === wanted || windowFull)
+    this.#roomBound = more || wanted <= 0 || budgetFull || (wanted < refillAt && !slotFree)
+    return more ? 'again' : 'wait'
+  }
+
+  /**
+   * Hands back the lanes of a claim that returned after the relay stopped (or a stop began): they were never
+   * started. One write of its own, not the mark buffer's — a stop may have given up on that buffer already (a claim
+   * waiting on a lock or a slow server outlasts the stop's grace) — so no lane a stopped relay claimed stays
+   * leased until its lease runs out.
+   */
+  #giveBack(lanes: readonly ClaimedLane[]): void {
+    for (const lane of lanes) this.#heldBytes -= lane.heldBytes
+    if (this.#crashed || lanes.length === 0) return
+    const { db, schema } = this.#options
+    const releases = lanes.map((lane) => ({ claimToken: lane.claimToken, delivered: false }))
+    void markSentAndRelease(db, schema, [], releases).catch((error: unknown) =>
+      this.#reportError(error, 'flush'),
+    )
   }
 
   /** Moves ready lanes into free delivery slots; a lane that finishes starts the next one itself. */
@@ -340,113 +456,68 @@ export class Relay {
       this.#wakeRequested = false
       return Promise.resolve()
     }
+    const { clock } = this.#runtime
     return new Promise((resolve) => {
       const done = () => {
-        clearTimeout(timer)
+        clock.clearTimeout(timer)
         this.#wake = undefined
         resolve()
       }
-      const timer = setTimeout(done, ms)
+      const timer = clock.setTimeout(done, ms)
       this.#wake = done
     })
   }
 
-  async #claim(lanes: number): Promise<{ lanes: ClaimedLane[]; windowFull: boolean }> {
+  async #claim(
+    lanes: number,
+    maxBytes: number,
+  ): Promise<{ lanes: ClaimedLane[]; windowFull: boolean; budgetFull: boolean }> {
     const { db, schema, leaseMs, batchSize } = this.#options
     // Taken before the claim is sent: the local deadline can only be earlier than the database's.
-    const deadline = performance.now() + leaseMs
-    const { lanes: rows, windowFull } = await withCurrentSchema(schema, () =>
-      claimLanes(db, schema, lanes, leaseMs, Math.max(lanes * SCAN_ROWS_PER_LANE, 256), batchSize),
-    )
-    if (rows.length === 0) return { lanes: [], windowFull }
-    const byToken = new Map<string, ClaimedLane>()
-    for (const row of rows) {
-      byToken.set(row.claim_token, {
-        aggregateType: row.aggregate_type,
-        aggregateId: row.aggregate_id,
-        claimToken: row.claim_token,
-        conflictCount: row.conflict_count,
-        deadline,
-        events: row.events,
+    const claimedAt = this.#runtime.clock.now()
+    this.#claiming = true
+    let result: Awaited<ReturnType<typeof claimLanes>>
+    try {
+      result = await withCurrentSchema(schema, () =>
+        claimLanes(db, schema, {
+          lanes,
+          leaseMs,
+          scanRows: Math.max(lanes * SCAN_ROWS_PER_LANE, 256),
+          batchSize,
+          maxBytes,
+        }),
+      )
+    } finally {
+      this.#claiming = false
+    }
+    const claimed = result.lanes.map((row): ClaimedLane => {
+      const heldBytes = row.events.reduce((sum, event) => sum + event.payloadBytes, 0)
+      this.#heldBytes += heldBytes
+      return { ...row, claimedAt, deadline: claimedAt + leaseMs, heldBytes }
+    })
+    for (const lane of claimed) {
+      const head = lane.events[0]
+      if (!lane.takenOver || !head) continue
+      this.#events.emit('lane:takeover', {
+        aggregateType: lane.aggregateType,
+        aggregateId: lane.aggregateId,
+        eventId: head.eventId,
+        charged: lane.charged,
+        attempts: head.attempts + (lane.charged ? 1 : 0),
       })
     }
-    const takenOver = rows.filter(
-      (row) => row.taken_over && (byToken.get(row.claim_token)?.events.length ?? 0) > 0,
-    )
-    if (takenOver.length > 0) {
-      const heads = takenOver.map((row) => ({
-        claimToken: row.claim_token,
-        id: byToken.get(row.claim_token)!.events[0]!.id,
-      }))
-      const attempts = await countTakeoverAttempts(db, schema, heads)
-      for (const head of heads) {
-        const lane = byToken.get(head.claimToken)!
-        const counted = attempts.get(String(head.id))
-        if (counted !== undefined) lane.events[0]!.attempts = counted
-        this.#events.emit('lane:takeover', {
-          aggregateType: lane.aggregateType,
-          aggregateId: lane.aggregateId,
-          eventId: lane.events[0]!.event_id,
-          attempts: counted ?? lane.events[0]!.attempts,
-        })
-      }
-    }
-    return { lanes: [...byToken.values()], windowFull }
+    return { lanes: claimed, windowFull: result.windowFull, budgetFull: result.budgetFull }
   }
 
   async #deliver(lane: ClaimedLane): Promise<LaneResult> {
-    const context = this.#context()
     try {
-      const head = lane.events[0]
-      if (!head) {
-        // Its events were delivered by the previous owner between our claim and our read: just hand it back.
-        this.#marks.release({ claimToken: lane.claimToken, delivered: false })
-        return { delivered: 0, failed: 0, dead: 0 }
-      }
-      if (head.attempts >= this.#options.maxAttempts) {
-        // Taken over from claims that kept dying on this head: it has used its attempts.
-        const result = { delivered: 0, failed: 0, dead: 0 }
-        await settleFailure(
-          context,
-          lane,
-          {
-            eventId: head.event_id,
-            type: head.event_type,
-            aggregateType: head.aggregate_type,
-            aggregateId: head.aggregate_id,
-            sequence: Number(head.sequence),
-            occurredAt: head.created_at.toISOString(),
-            data: undefined,
-          },
-          {
-            claimToken: lane.claimToken,
-            id: head.id,
-            attempts: head.attempts,
-            httpStatus: null,
-            error: 'claims on this event kept expiring without an outcome (the relay crashed or hung on it)',
-            attemptedAt: new Date(),
-          },
-          undefined,
-          result,
-        )
-        return result
-      }
-      return await deliverLane(context, lane)
+      return await deliverLane(this.#context, lane)
     } catch (error) {
       // The database failed under us mid-lane; the lease will expire and another claim takes over.
       this.#reportError(error, 'outcome')
       return { delivered: 0, failed: 0, dead: 0 }
-    }
-  }
-
-  #context(): LaneContext {
-    return {
-      options: this.#options,
-      sender: this.#sender,
-      marks: this.#marks,
-      events: this.#events,
-      stopping: () => this.#state === 'stopping',
-      abort: this.#abort.signal,
+    } finally {
+      this.#heldBytes -= lane.heldBytes
     }
   }
 

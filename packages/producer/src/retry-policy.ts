@@ -21,20 +21,62 @@ export function jitter(delayMs: number, random: () => number = Math.random): num
 }
 
 /**
- * The wait before the next attempt after `attempts` failed ones (1-based), or null when they are used up.
- * `maxAttempts = schedule.length + 1`.
+ * How long an event must have been failing before it may be given up: the schedule's shortest possible span, every
+ * delay at its −{@link RETRY_JITTER} (≈ 22 h for the default schedule). An event that followed the schedule has
+ * always passed it by its last attempt, so this only holds back an event whose attempts came sooner (`Retry-After`).
  */
-export function retryDelay(schedule: readonly number[], attempts: number): number | null {
-  const base = schedule[attempts - 1]
-  return base === undefined ? null : jitter(base)
+export function retryHorizonMs(schedule: readonly number[]): number {
+  return Math.floor(schedule.reduce((sum, delay) => sum + delay, 0) * (1 - RETRY_JITTER))
+}
+
+/** What a failed attempt leads to. */
+export type FailureDecision = { readonly kind: 'dead' } | { readonly kind: 'retry'; readonly delayMs: number }
+
+/** A failed attempt on a lane's head, as the decision needs it. */
+export interface AttemptFailure {
+  /** The head's failed attempts, this one included. */
+  readonly attempts: number
+  /** Milliseconds since its first failed attempt (0 for this first one). */
+  readonly failingMs: number
+  /** From `Retry-After` on a 429 or 503, when it was readable. */
+  readonly retryAfterMs?: number
+}
+
+/**
+ * Decides what follows a failed attempt. The event is dead-lettered only once it has used `maxAttempts` attempts
+ * AND has been failing for {@link retryHorizonMs}; until then it is retried:
+ * - after `Retry-After` when the answer carried one, raised to at least the schedule's first delay (an endpoint
+ *   answering `Retry-After: 1` is tried every 5 s at most, not every second) and capped at {@link MAX_RETRY_AFTER_MS};
+ * - otherwise after the schedule's delay for this attempt (±{@link RETRY_JITTER});
+ * - otherwise (its attempts ran out early, because `Retry-After` brought them forward) when the horizon is reached.
+ */
+export function decideAfterFailure(
+  schedule: readonly number[],
+  maxAttempts: number,
+  failure: AttemptFailure,
+  random: () => number = Math.random,
+): FailureDecision {
+  const horizonMs = retryHorizonMs(schedule)
+  if (failure.attempts >= maxAttempts && failure.failingMs >= horizonMs) return { kind: 'dead' }
+  if (failure.retryAfterMs !== undefined) {
+    const floorMs = schedule[0] ?? 0
+    return { kind: 'retry', delayMs: Math.min(MAX_RETRY_AFTER_MS, Math.max(floorMs, failure.retryAfterMs)) }
+  }
+  const scheduled = schedule[failure.attempts - 1]
+  if (scheduled !== undefined) return { kind: 'retry', delayMs: jitter(scheduled, random) }
+  return { kind: 'retry', delayMs: Math.max(0, horizonMs - failure.failingMs) }
 }
 
 /**
  * The park time after the `count`-th consecutive 409: doubling from the first retry delay (at least {@link MIN_CONFLICT_PARK_MS}), capped at {@link MAX_CONFLICT_PARK_MS}.
  */
-export function conflictParkDelay(schedule: readonly number[], count: number): number {
+export function conflictParkDelay(
+  schedule: readonly number[],
+  count: number,
+  random: () => number = Math.random,
+): number {
   const base = Math.max(schedule[0] ?? 1000, MIN_CONFLICT_PARK_MS)
-  return jitter(Math.min(MAX_CONFLICT_PARK_MS, base * 2 ** Math.min(count - 1, 20)))
+  return jitter(Math.min(MAX_CONFLICT_PARK_MS, base * 2 ** Math.min(count - 1, 20)), random)
 }
 
 /**

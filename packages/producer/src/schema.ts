@@ -2,6 +2,7 @@ import type { ColumnType, Generated, Kysely } from 'kysely'
 import { sql } from 'kysely'
 import { type Migration, type MigrationProvider, Migrator } from 'kysely/migration'
 import { OutboxError } from './errors.js'
+import { migration0007 } from './migrations/0007-liveness.js'
 import { resolveSchema } from './schema-name.js'
 
 /** Delivery state of an outbox row. */
@@ -31,6 +32,10 @@ export interface OutboxTable {
   delivery_status: string | null
   sent_at: Date | null
   dead_at: Date | null
+  /** When the row's first failed attempt happened, since it became pending or was last redriven (migration 0007). */
+  first_failed_at: Date | null
+  /** The payload's size as the relay sends it; null for rows written before migration 0007. */
+  payload_bytes: number | null
 }
 
 /** The per-aggregate sequence counter: enqueuers serialize on its row until commit. Never pruned. */
@@ -50,6 +55,10 @@ export interface OutboxLaneTable {
   blocked_at: Date | null
   /** Consecutive 409 answers, for the capped park backoff. */
   conflict_count: ColumnType<number, number | undefined, number>
+  /** The lane's claim once expired without an outcome: its owners record when a request starts (migration 0007). */
+  watch_starts: ColumnType<boolean, boolean | undefined, boolean>
+  /** The claim token under which a watched lane's request started; a takeover finding it charges the head. */
+  started_token: string | null
 }
 
 /** The producer tables, for typing a `Kysely` instance. */
@@ -361,6 +370,7 @@ $fn$;
     // Everything else is 0004's function unchanged.
     '0006_claim_hashed_busy': `
 ${claimLanesFunction(s, busyLanesHashed(s))}`,
+    '0007_liveness': migration0007(schema),
   }
 }
 

@@ -1,4 +1,5 @@
 import type { Dispatcher } from 'undici'
+import type { Clock } from './runtime.js'
 
 /** How one POST ended at the HTTP level, before the relay decides what it means. */
 export type WebhookResponse =
@@ -40,6 +41,7 @@ export function postWebhook(
   headers: Record<string, string>,
   body: string,
   timeoutMs: number,
+  clock: Clock,
   track: (request: AbortableRequest) => () => void,
 ): Promise<WebhookResponse> {
   return new Promise((resolve) => {
@@ -57,12 +59,12 @@ export function postWebhook(
       cutShort = why
       controller?.abort(new Error(why))
     }
-    const timer = setTimeout(() => cut('timed out'), timeoutMs)
+    const timer = clock.setTimeout(() => cut('timed out'), timeoutMs)
     const forget = track({ abort: () => cut('aborted') })
     const settle = (response: WebhookResponse) => {
       if (settled) return
       settled = true
-      clearTimeout(timer)
+      clock.clearTimeout(timer)
       forget()
       resolve(response)
     }

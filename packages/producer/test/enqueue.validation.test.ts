@@ -137,11 +137,22 @@ describe('enqueue refuses bad input before writing anything', () => {
 
   it('a payload over the default 256 KiB limit → ERR_OUTBOX_PAYLOAD_TOO_LARGE', async () => {
     expect(DEFAULT_MAX_PAYLOAD_BYTES).toBe(262_144)
-    // The limit counts bytes of JSON, not characters: "é" is two bytes in UTF-8, plus two quotes.
+    // The limit counts bytes as sent, not characters: "é" is two bytes in UTF-8, plus two quotes.
     await expectRefused(
       (trx) => enqueue(trx, { ...good, payload: 'é'.repeat(131_072) }),
       'ERR_OUTBOX_PAYLOAD_TOO_LARGE',
-      /payload is 262146 bytes of JSON; the limit is 262144/,
+      /payload is 262146 bytes as sent .*; the limit is 262144/,
+    )
+  })
+
+  it('the limit counts the payload as the relay sends it: jsonb prints numbers in full and spaces after separators', async () => {
+    // 2,500 bytes of JSON.stringify, but 1e300 prints as 301 digits: 250 of them are ≈ 75 KB on the wire.
+    const expanding = Array.from({ length: 250 }, () => 1e300)
+    expect(JSON.stringify(expanding).length).toBeLessThan(2_000)
+    await expectRefused(
+      (trx) => enqueue(trx, { ...good, payload: expanding }, { maxPayloadBytes: 50_000 }),
+      'ERR_OUTBOX_PAYLOAD_TOO_LARGE',
+      /payload is 75750 bytes as sent/,
     )
   })
 
@@ -149,7 +160,8 @@ describe('enqueue refuses bad input before writing anything', () => {
     await expectRefused(
       (trx) => enqueue(trx, { ...good, payload: { note: 'x'.repeat(100) } }, { maxPayloadBytes: 100 }),
       'ERR_OUTBOX_PAYLOAD_TOO_LARGE',
-      /payload is 111 bytes of JSON; the limit is 100 .*maxPayloadBytes/,
+      // 111 bytes of JSON.stringify, and the space PostgreSQL prints after the colon.
+      /payload is 112 bytes as sent .*; the limit is 100 .*maxPayloadBytes/,
     )
   })
 

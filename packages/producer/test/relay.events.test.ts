@@ -117,9 +117,13 @@ describe('relay events and logging', () => {
     ).toMatchObject({ lane: 'order:dead' })
   })
 
-  it('lane:takeover fires when a claim expired without an outcome', async () => {
-    await seedEvents(t.db, ['taken'], 1)
-    await sql`UPDATE outbox_lane SET claim_token = gen_random_uuid(), leased_until = now() - interval '1 second' WHERE aggregate_id = 'taken'`.execute(
+  it('lane:takeover fires when a claim expired without an outcome: free if only claimed, charged if its request had started', async () => {
+    await seedEvents(t.db, ['claimed-only', 'started'], 1)
+    // Both claims expired; 'started' was watched and its claim had recorded the start of a request.
+    await sql`UPDATE outbox_lane SET claim_token = gen_random_uuid(), leased_until = now() - interval '1 second'`.execute(
+      t.db,
+    )
+    await sql`UPDATE outbox_lane SET watch_starts = true, started_token = claim_token WHERE aggregate_id = 'started'`.execute(
       t.db,
     )
     const sink = await startSink()
@@ -130,8 +134,28 @@ describe('relay events and logging', () => {
     } finally {
       await sink.close()
     }
-    expect(seen['lane:takeover']).toEqual([expect.objectContaining({ aggregateId: 'taken', attempts: 1 })])
-    expect(seen['delivery:success']).toEqual([expect.objectContaining({ aggregateId: 'taken', attempts: 2 })])
+    const takeovers = (seen['lane:takeover'] ?? []).map(({ aggregateId, charged, attempts }) => ({
+      aggregateId,
+      charged,
+      attempts,
+    }))
+    expect(takeovers.sort((a, b) => a.aggregateId.localeCompare(b.aggregateId))).toEqual([
+      { aggregateId: 'claimed-only', charged: false, attempts: 0 },
+      { aggregateId: 'started', charged: true, attempts: 1 },
+    ])
+    // The free one is delivered at once; the charged one is a failed attempt, retried on the schedule.
+    expect(seen['delivery:success']).toEqual([
+      expect.objectContaining({ aggregateId: 'claimed-only', attempts: 1 }),
+    ])
+    expect(seen['delivery:retry']).toEqual([
+      expect.objectContaining({
+        aggregateId: 'started',
+        attempts: 1,
+        httpStatus: null,
+        retryInMs: expect.any(Number),
+      }),
+    ])
+    expect(sink.requests.map((request) => request.json.aggregate_id)).toEqual(['claimed-only'])
   })
 
   it('relay:error reports a failing claim and the relay keeps running; started/stopped bracket its life; no-listen is logged once', async () => {

@@ -1,5 +1,5 @@
 import { useTestDatabase } from '@outbox/test-harness'
-import { sql } from 'kysely'
+import { type Kysely, sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { claimLanes } from '../src/sql/claim-lanes.js'
 import { deadLetterHead } from '../src/sql/dead-letter-head.js'
@@ -10,6 +10,11 @@ import { selectLaneEvents } from '../src/sql/select-lane-events.js'
 import { seedEvents } from './support.js'
 
 const t = useTestDatabase()
+
+/** A claim as the relay makes it, with a budget too large to matter here. */
+function claim(db: Kysely<any>, lanes: number, leaseMs: number, scanRows: number, batchSize: number) {
+  return claimLanes(db, 'public', { lanes, leaseMs, scanRows, batchSize, maxBytes: 1 << 30 })
+}
 
 async function laneRow(id: string) {
   return await t.db
@@ -24,18 +29,22 @@ describe('claims, leases and fencing', () => {
     await seedEvents(t.db, ['f-1'], 3)
     const [first, second] = [t.connect({ max: 2 }), t.connect({ max: 2 })]
     const [{ lanes: a }, { lanes: b }] = await Promise.all([
-      claimLanes(first, 'public', 10, 60_000, 256, 10),
-      claimLanes(second, 'public', 10, 60_000, 256, 10),
+      claim(first, 10, 60_000, 256, 10),
+      claim(second, 10, 60_000, 256, 10),
     ])
-    expect([...a, ...b].filter((lane) => lane.aggregate_id === 'f-1')).toHaveLength(1)
-    expect(await claimLanes(t.db, 'public', 10, 60_000, 256, 10)).toEqual({ lanes: [], windowFull: false })
+    expect([...a, ...b].filter((lane) => lane.aggregateId === 'f-1')).toHaveLength(1)
+    expect(await claim(t.db, 10, 60_000, 256, 10)).toEqual({
+      lanes: [],
+      windowFull: false,
+      budgetFull: false,
+    })
     await sql`UPDATE outbox_lane SET leased_until = now() - interval '1 second' WHERE aggregate_id = 'f-1'`.execute(
       t.db,
     )
     const {
       lanes: [takeover],
-    } = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
-    expect(takeover).toMatchObject({ aggregate_id: 'f-1', taken_over: true })
+    } = await claim(t.db, 10, 60_000, 256, 10)
+    expect(takeover).toMatchObject({ aggregateId: 'f-1', takenOver: true, charged: false })
   })
 
   it('a claim reads each lane from its head, at most batchSize rows in sequence order, under the lane token', async () => {
@@ -44,47 +53,62 @@ describe('claims, leases and fencing', () => {
     await sql`UPDATE outbox SET status = 'sent', sent_at = now() WHERE aggregate_id = 'r-1' AND sequence <= 2`.execute(
       t.db,
     )
-    const { lanes: claimed } = await claimLanes(t.db, 'public', 10, 60_000, 256, 2)
-    const lanes = new Map(claimed.map((lane) => [lane.aggregate_id, lane]))
+    const { lanes: claimed } = await claim(t.db, 10, 60_000, 256, 2)
+    const lanes = new Map(claimed.map((lane) => [lane.aggregateId, lane]))
     expect([...lanes.keys()].sort()).toEqual(['r-1', 'r-2'])
     for (const lane of claimed) {
-      expect(lane.events.every((event) => event.claim_token === lane.claim_token)).toBe(true)
-      expect(lane.events.every((event) => event.aggregate_id === lane.aggregate_id)).toBe(true)
-      expect(lane).toMatchObject({ taken_over: false, conflict_count: 0 })
+      expect(lane.events.every((event) => event.aggregateId === lane.aggregateId)).toBe(true)
+      expect(lane).toMatchObject({ takenOver: false, charged: false, watchStarts: false, conflictCount: 0 })
     }
-    expect(lanes.get('r-1')!.events.map((event) => Number(event.sequence))).toEqual([3, 4])
-    expect(lanes.get('r-2')!.events.map((event) => Number(event.sequence))).toEqual([1, 2])
-    expect(lanes.get('r-2')!.events[0]).toMatchObject({ event_type: 'order.updated', attempts: 0 })
+    expect(lanes.get('r-1')!.events.map((event) => event.sequence)).toEqual([3, 4])
+    expect(lanes.get('r-2')!.events.map((event) => event.sequence)).toEqual([1, 2])
+    expect(lanes.get('r-2')!.events[0]).toMatchObject({
+      eventType: 'order.updated',
+      attempts: 0,
+      failingMs: null,
+    })
     expect(JSON.parse(lanes.get('r-2')!.events[0]!.payload)).toEqual({ id: 'r-2', n: 0 })
     // The next rows after a full batch, as a lane that reads on gets them.
     const r1 = lanes.get('r-1')!
-    const next = await selectLaneEvents(t.db, 'public', [r1.claim_token], 2, r1.events[1]!.sequence)
-    expect(next.map((event) => Number(event.sequence))).toEqual([5])
+    const next = await selectLaneEvents(t.db, 'public', {
+      claimToken: r1.claimToken,
+      afterSequence: r1.events[1]!.sequence,
+      batchSize: 2,
+      maxBytes: 1 << 30,
+    })
+    expect(next.map((event) => event.sequence)).toEqual([5])
   })
 
   it("after a takeover, the late worker's marks, releases, retries, parks and dead letters change nothing", async () => {
     await seedEvents(t.db, ['f-2'], 2)
     const {
       lanes: [late],
-    } = await claimLanes(t.db, 'public', 1, 60_000, 256, 10)
+    } = await claim(t.db, 1, 60_000, 256, 10)
     const events = late!.events
-    expect(events.map((event) => Number(event.sequence))).toEqual([1, 2])
+    expect(events.map((event) => event.sequence)).toEqual([1, 2])
     // The late worker hangs; its lease expires and a new worker takes the lane over.
     await sql`UPDATE outbox_lane SET leased_until = now() - interval '1 second' WHERE aggregate_id = 'f-2'`.execute(
       t.db,
     )
     const {
       lanes: [owner],
-    } = await claimLanes(t.db, 'public', 1, 60_000, 256, 10)
-    expect(owner!.claim_token).not.toBe(late!.claim_token)
+    } = await claim(t.db, 1, 60_000, 256, 10)
+    expect(owner!.claimToken).not.toBe(late!.claimToken)
     expect(owner!.events.map((event) => event.id)).toEqual(events.map((event) => event.id))
     // Reading on past a batch is fenced too: the late worker's token reads nothing.
-    expect(await selectLaneEvents(t.db, 'public', [late!.claim_token], 10, '0')).toEqual([])
+    expect(
+      await selectLaneEvents(t.db, 'public', {
+        claimToken: late!.claimToken,
+        afterSequence: 0,
+        batchSize: 10,
+        maxBytes: 1 << 30,
+      }),
+    ).toEqual([])
 
     const now = new Date()
     const staleMark = {
       id: events[0]!.id,
-      claimToken: late!.claim_token,
+      claimToken: late!.claimToken,
       httpStatus: 200,
       deliveryStatus: 'applied',
       attemptedAt: now,
@@ -94,7 +118,7 @@ describe('claims, leases and fencing', () => {
         t.db,
         'public',
         [staleMark],
-        [{ claimToken: late!.claim_token, delivered: true }],
+        [{ claimToken: late!.claimToken, delivered: true }],
       ),
     ).toEqual({
       marked: 0,
@@ -102,7 +126,7 @@ describe('claims, leases and fencing', () => {
       releasedWithWork: 0,
     })
     const failure = {
-      claimToken: late!.claim_token,
+      claimToken: late!.claimToken,
       id: events[0]!.id,
       attempts: 5,
       httpStatus: 500,
@@ -115,7 +139,7 @@ describe('claims, leases and fencing', () => {
       await parkLane(
         t.db,
         'public',
-        { claimToken: late!.claim_token, id: events[0]!.id, error: 'late', attemptedAt: now },
+        { claimToken: late!.claimToken, id: events[0]!.id, error: 'late', attemptedAt: now },
         60_000,
       ),
     ).toBe(false)
@@ -131,19 +155,19 @@ describe('claims, leases and fencing', () => {
       ['pending', 0, null],
     ])
     expect(await laneRow('f-2')).toMatchObject({
-      claim_token: owner!.claim_token,
+      claim_token: owner!.claimToken,
       blocked_reason: null,
       conflict_count: 0,
     })
 
     // The owner's own writes do apply.
-    const ownMark = { ...staleMark, claimToken: owner!.claim_token }
+    const ownMark = { ...staleMark, claimToken: owner!.claimToken }
     expect(
       await markSentAndRelease(
         t.db,
         'public',
         [ownMark],
-        [{ claimToken: owner!.claim_token, delivered: true }],
+        [{ claimToken: owner!.claimToken, delivered: true }],
       ),
     ).toEqual({
       marked: 1,
@@ -156,15 +180,15 @@ describe('claims, leases and fencing', () => {
 
   it('a release says whether its lane has work left, counting rows marked in the same statement as done', async () => {
     await seedEvents(t.db, ['w-1', 'w-2'], 2)
-    const { lanes: claimed } = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
-    const byId = new Map(claimed.map((lane) => [lane.aggregate_id, lane]))
+    const { lanes: claimed } = await claim(t.db, 10, 60_000, 256, 10)
+    const byId = new Map(claimed.map((lane) => [lane.aggregateId, lane]))
     const marksOf = (aggregateId: string, count: number) =>
       byId
         .get(aggregateId)!
         .events.slice(0, count)
         .map((event) => ({
           id: event.id,
-          claimToken: event.claim_token,
+          claimToken: byId.get(aggregateId)!.claimToken,
           httpStatus: 200,
           deliveryStatus: 'applied',
           attemptedAt: new Date(),
@@ -174,7 +198,7 @@ describe('claims, leases and fencing', () => {
       t.db,
       'public',
       [...marksOf('w-1', 2), ...marksOf('w-2', 1)],
-      ['w-1', 'w-2'].map((id) => ({ claimToken: byId.get(id)!.claim_token, delivered: true })),
+      ['w-1', 'w-2'].map((id) => ({ claimToken: byId.get(id)!.claimToken, delivered: true })),
     )
     expect(result).toEqual({ marked: 3, released: 2, releasedWithWork: 1 })
   })
@@ -187,11 +211,11 @@ describe('claims, leases and fencing', () => {
     await seedEvents(t.db, busy, 1)
     await sql`ANALYZE`.execute(t.db)
     // Lease every claimable lane (earlier tests in this file left some behind).
-    const { lanes: leased } = await claimLanes(t.db, 'public', 1000, 60_000, 8000, 10)
-    expect(leased.filter((lane) => lane.aggregate_id.startsWith('busy-'))).toHaveLength(300)
+    const { lanes: leased } = await claim(t.db, 1000, 60_000, 8000, 10)
+    expect(leased.filter((lane) => lane.aggregateId.startsWith('busy-'))).toHaveLength(300)
     await seedEvents(t.db, ['free-1', 'free-2', 'free-3'], 1)
-    const { lanes, windowFull } = await claimLanes(t.db, 'public', 10, 60_000, 256, 10)
-    expect(lanes.map((lane) => lane.aggregate_id).sort()).toEqual(['free-1', 'free-2', 'free-3'])
+    const { lanes, windowFull } = await claim(t.db, 10, 60_000, 256, 10)
+    expect(lanes.map((lane) => lane.aggregateId).sort()).toEqual(['free-1', 'free-2', 'free-3'])
     expect(windowFull).toBe(false)
   })
 })

@@ -31,7 +31,16 @@ const PRODUCER_MIGRATIONS = [
   '0004_claim_function',
   '0005_enqueue_inline',
   '0006_claim_hashed_busy',
+  '0007_liveness',
 ]
+
+/** Drops every overload of a schema's function, as a schema that an older release made lacks them. */
+async function dropFunction(db: Kysely<any>, schema: string, name: string): Promise<void> {
+  const { rows } = await sql<{ signature: string }>`
+    SELECT p.oid::regprocedure::text AS signature FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+    WHERE n.nspname = ${schema} AND p.proname = ${name}`.execute(db)
+  for (const { signature } of rows) await sql.raw(`DROP FUNCTION ${signature}`).execute(db)
+}
 
 /** Every producer table, column, index and constraint of a schema, as the catalog describes them. */
 async function describeSchema(db: Kysely<any>, schema: string) {
@@ -125,8 +134,9 @@ describe('migrate', () => {
   it('enqueue on a schema not yet migrated to this version says to migrate, and works once it is', async () => {
     await migrate(t.db, { schema: 'tenant_stale' })
     // As the second release left it: no enqueue functions (nor anything later).
-    await sql`DROP FUNCTION tenant_stale.outbox_enqueue, tenant_stale.outbox_new_row_due`.execute(t.db)
-    await sql`DROP FUNCTION tenant_stale.outbox_claim_lanes`.execute(t.db)
+    for (const name of ['outbox_enqueue', 'outbox_new_row_due', 'outbox_claim_lanes']) {
+      await dropFunction(t.db, 'tenant_stale', name)
+    }
     await sql`DELETE FROM tenant_stale.outbox_producer_migration WHERE name >= '0003'`.execute(t.db)
     const event = { aggregateType: 'order', aggregateId: '1', eventType: 'order.created', payload: {} }
     const writes: ((trx: Transaction<any>) => Promise<unknown>)[] = [
@@ -146,7 +156,7 @@ describe('migrate', () => {
 
   it('a relay on a schema not yet migrated to this version says to migrate, and claims once it is', async () => {
     await migrate(t.db, { schema: 'tenant_stale_relay' })
-    await sql`DROP FUNCTION tenant_stale_relay.outbox_claim_lanes`.execute(t.db)
+    await dropFunction(t.db, 'tenant_stale_relay', 'outbox_claim_lanes')
     // As the third release left it: neither the claim function nor anything later.
     await sql`DELETE FROM tenant_stale_relay.outbox_producer_migration WHERE name >= '0004'`.execute(t.db)
     // Nothing is pending, so the endpoint is never called: only the claim runs.

@@ -5,7 +5,9 @@ import type { FailedAttempt } from './failed-attempt.js'
  * Dead-letters a lane's head whose attempts are used up and releases the lane, fenced by the claim token.
  *
  * `'skip'`: the rows behind become due now, so the lane moves on at the next claim. `'block'`: the lane is marked
- * blocked and its rows pushed to `'infinity'` (out of the due index) until a redrive resumes it in order.
+ * blocked and its rows pushed to `'infinity'` (out of the due index) until a redrive of this dead letter — the
+ * lane's blocker, its dead row with the highest sequence — resumes it in order. Either way a 409 park ends (the
+ * parked head is gone) and the lane is no longer watched for takeovers (its suspect head is settled).
  */
 export async function deadLetterHead(
   db: Kysely<any>,
@@ -20,14 +22,17 @@ export async function deadLetterHead(
     WITH released AS (
       UPDATE ${lane}
       SET claim_token = NULL, leased_until = NULL,
-          blocked_reason = CASE WHEN ${block} THEN 'exhausted' ELSE blocked_reason END,
-          blocked_at = CASE WHEN ${block} THEN now() ELSE blocked_at END
+          blocked_reason = CASE WHEN ${block} THEN 'exhausted' WHEN blocked_reason = 'conflict' THEN NULL
+                                ELSE blocked_reason END,
+          blocked_at = CASE WHEN ${block} THEN now() WHEN blocked_reason = 'conflict' THEN NULL ELSE blocked_at END,
+          conflict_count = 0, watch_starts = false
       WHERE claim_token = ${failure.claimToken}
       RETURNING aggregate_type, aggregate_id
     ), head AS (
       UPDATE ${outbox} o
       SET status = 'dead', dead_at = now(), attempts = ${failure.attempts}, last_status = ${failure.httpStatus},
-          last_error = ${failure.error}, last_attempt_at = ${failure.attemptedAt}
+          last_error = ${failure.error}, last_attempt_at = ${failure.attemptedAt},
+          first_failed_at = coalesce(o.first_failed_at, now())
       FROM released
       WHERE o.id = ${failure.id} AND o.status = 'pending'
     ), lane_rows AS (

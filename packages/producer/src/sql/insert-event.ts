@@ -7,8 +7,16 @@ export interface EnqueuedEvent {
   readonly sequence: number
 }
 
-/** The function's arguments, in its parameter order (migration 0003 in schema.ts). */
-const ARGUMENTS = ['eventId', 'aggregateType', 'aggregateId', 'eventType', 'payloadJson', 'channel'] as const
+/** The function's arguments, in its parameter order (the seven-argument overload of migration 0007). */
+const ARGUMENTS = [
+  'eventId',
+  'aggregateType',
+  'aggregateId',
+  'eventType',
+  'payloadJson',
+  'payloadBytes',
+  'channel',
+] as const
 
 /** The call text per schema, compiled once: a handful of schemas per process at most. */
 const callTexts = new Map<string, string>()
@@ -18,7 +26,7 @@ function callText(trx: Transaction<any>, schema: string): string {
   if (text === undefined) {
     const compiled = sql`SELECT ${sql.id(schema, 'outbox_enqueue')}(
       ${sql.val(ARGUMENTS[0])}, ${sql.val(ARGUMENTS[1])}, ${sql.val(ARGUMENTS[2])}, ${sql.val(ARGUMENTS[3])},
-      ${sql.val(ARGUMENTS[4])}::jsonb, ${sql.val(ARGUMENTS[5])}
+      ${sql.val(ARGUMENTS[4])}::jsonb, ${sql.val(ARGUMENTS[5])}::integer, ${sql.val(ARGUMENTS[6])}
     ) AS sequence`.compile(trx)
     // Each argument must land in its own parameter, in order; anything else would pass values to the wrong ones.
     if (compiled.parameters.join() !== ARGUMENTS.join()) {
@@ -32,7 +40,7 @@ function callText(trx: Transaction<any>, schema: string): string {
 
 /**
  * Enqueues one event in ONE round trip, through the schema's `outbox_enqueue` function (migration 0003, made
- * cheaper by 0005): bump the aggregate's counter, make sure its lane row exists, insert the event with the lane's
+ * cheaper by 0005; the body in force, with the payload's size, is 0007's): bump the aggregate's counter, make sure its lane row exists, insert the event with the lane's
  * due time, and NOTIFY.
  *
  * Why a counter row and not `MAX(sequence) + 1`: the upsert's row lock makes writers of one aggregate wait for each
@@ -58,6 +66,7 @@ export async function insertEvent(
       event.aggregateId,
       event.eventType,
       event.payloadJson,
+      event.payloadBytes,
       channel,
     ]),
   )

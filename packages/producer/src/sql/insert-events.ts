@@ -3,7 +3,8 @@ import type { ValidatedEvent } from '../event-input.js'
 import type { EnqueuedEvent } from './insert-event.js'
 
 /**
- * Enqueues several events: one counter upsert per aggregate, taken in sorted key order, then one multi-row insert.
+ * Enqueues several events: one counter upsert per aggregate, taken in sorted key order (byte order, as a redrive
+ * locks them), then one multi-row insert.
  *
  * Why sorted: two transactions enqueueing for aggregates A and B in opposite orders would otherwise each hold one
  * counter row and wait for the other's (deadlock, 40P01). Taking counter locks in one global order makes that
@@ -28,10 +29,8 @@ export async function insertEvents(
     group.indexes.push(index)
     groups.set(key, group)
   })
-  const ordered = [...groups.values()].sort((a, b) =>
-    a.aggregateType === b.aggregateType
-      ? compareText(a.aggregateId, b.aggregateId)
-      : compareText(a.aggregateType, b.aggregateType),
+  const ordered = [...groups.values()].sort(
+    (a, b) => compareText(a.aggregateType, b.aggregateType) || compareText(a.aggregateId, b.aggregateId),
   )
   const sequences = new Array<number>(events.length)
   const counter = sql.id(schema, 'outbox_counter')
@@ -54,15 +53,17 @@ export async function insertEvents(
     WITH input AS (
       SELECT * FROM unnest(
         ${eventIds}::uuid[], ${events.map((e) => e.aggregateType)}::text[], ${events.map((e) => e.aggregateId)}::text[],
-        ${sequences}::bigint[], ${events.map((e) => e.eventType)}::text[], ${events.map((e) => e.payloadJson)}::jsonb[]
-      ) AS t(event_id, aggregate_type, aggregate_id, sequence, event_type, payload)
+        ${sequences}::bigint[], ${events.map((e) => e.eventType)}::text[], ${events.map((e) => e.payloadJson)}::jsonb[],
+        ${events.map((e) => e.payloadBytes)}::integer[]
+      ) AS t(event_id, aggregate_type, aggregate_id, sequence, event_type, payload, payload_bytes)
     ), lane AS (
       INSERT INTO ${lane} (aggregate_type, aggregate_id)
       SELECT DISTINCT aggregate_type, aggregate_id FROM input
       ON CONFLICT DO NOTHING
     ), inserted AS (
-      INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload, available_at)
-      SELECT event_id, aggregate_type, aggregate_id, sequence, event_type, payload,
+      INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload, payload_bytes,
+                             available_at)
+      SELECT event_id, aggregate_type, aggregate_id, sequence, event_type, payload, payload_bytes,
         -- Join the lane's due time (the rule lives in one place, the schema's function).
         ${sql.id(schema, 'outbox_new_row_due')}(input.aggregate_type, input.aggregate_id)
       FROM input
@@ -72,7 +73,12 @@ export async function insertEvents(
   return events.map((_, index) => ({ eventId: eventIds[index]!, sequence: sequences[index]! }))
 }
 
-/** Byte-wise comparison, so every process sorts keys the same way whatever its locale. */
+/**
+ * Byte-wise comparison of the UTF-8 encodings, so every process sorts keys the same way whatever its locale, and the
+ * same way as PostgreSQL's `COLLATE "C"` in a UTF-8 database — the order in which `redrive` locks counters, so the
+ * two never deadlock. (JavaScript's `<` compares UTF-16 code units, which orders characters above U+FFFF before
+ * U+E000–U+FFFF: not the byte order.)
+ */
 function compareText(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0
+  return Buffer.compare(Buffer.from(a), Buffer.from(b))
 }

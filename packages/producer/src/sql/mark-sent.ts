@@ -70,7 +70,9 @@ export async function markSentAndRelease(
       SET claim_token = NULL, leased_until = NULL,
           blocked_reason = CASE WHEN r.delivered AND l.blocked_reason = 'conflict' THEN NULL ELSE l.blocked_reason END,
           blocked_at = CASE WHEN r.delivered AND l.blocked_reason = 'conflict' THEN NULL ELSE l.blocked_at END,
-          conflict_count = CASE WHEN r.delivered THEN 0 ELSE l.conflict_count END
+          conflict_count = CASE WHEN r.delivered THEN 0 ELSE l.conflict_count END,
+          -- A delivery went through: whatever killed an earlier claim of this lane was not its head's request.
+          watch_starts = CASE WHEN r.delivered THEN false ELSE l.watch_starts END
       FROM r
       WHERE l.claim_token = r.claim_token
       RETURNING l.aggregate_type, l.aggregate_id

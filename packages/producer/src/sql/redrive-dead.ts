@@ -1,12 +1,21 @@
 import { sql, type Transaction } from 'kysely'
 
 /**
- * Puts dead letters back to pending under their lanes' row locks; returns the event ids it revived.
+ * Puts dead letters back to pending; returns the event ids it revived. Call it in a transaction of its own.
  *
- * Why lock the lane rows (FOR UPDATE, in sorted key order): a claim locks lane rows too, so a redrive can never
- * interleave with a claim of the same lane — the revived event joins the lane as its head for the NEXT claim, and
- * two requests of one lane are never in flight. The event keeps its id and sequence; attempts restart at zero.
- * Lanes that `onExhausted: 'block'` parked are resumed, and the rows held behind them become due again.
+ * Locks, in this order and each set in byte order of the key (`COLLATE "C"`, as `enqueueMany` sorts):
+ * - the aggregates' COUNTER rows, which every enqueue of the aggregate holds until it commits. An enqueue that read
+ *   the lane as blocked (and wrote its row at `'infinity'`) has therefore committed before the redrive reads the
+ *   lane's rows, so the redrive releases that row too; without this lock the row stayed at `'infinity'` in a lane
+ *   no longer blocked, and the aggregate froze for good. Same key order as `enqueueMany`: the two never deadlock.
+ * - the LANE rows, which a claim locks too: a redrive never interleaves with a claim of the same lane — the revived
+ *   event joins the lane as its head for the NEXT claim, and two requests of one lane are never in flight.
+ *
+ * The event keeps its id and sequence; attempts and the first-failure time restart. A lane blocked by
+ * `onExhausted: 'block'` resumes only when its BLOCKER — its dead row with the highest sequence — is among the
+ * revived: reviving an older dead letter alone leaves the lane blocked (its row waits, pending, for the blocker),
+ * so `'block'` never bends. A resumed lane's rows held at `'infinity'` become due. A 409 park on a lane that gets
+ * a revived row ends: its head changed.
  */
 export async function redriveDead(
   trx: Transaction<any>,
@@ -15,27 +24,53 @@ export async function redriveDead(
 ): Promise<string[]> {
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
-  const which = eventIds === 'all' ? sql`TRUE` : sql`event_id = ANY(${eventIds}::uuid[])`
+  const counter = sql.id(schema, 'outbox_counter')
+  const which = eventIds === 'all' ? sql`TRUE` : sql`o.event_id = ANY(${eventIds}::uuid[])`
+  const { rows: keys } = await sql<{ aggregate_type: string; aggregate_id: string }>`
+    SELECT DISTINCT o.aggregate_type, o.aggregate_id FROM ${outbox} o WHERE o.status = 'dead' AND ${which}`.execute(
+    trx,
+  )
+  if (keys.length === 0) return []
+  const types = keys.map((key) => key.aggregate_type)
+  const ids = keys.map((key) => key.aggregate_id)
+  const chosen = sql`SELECT * FROM unnest(${types}::text[], ${ids}::text[]) AS k(aggregate_type, aggregate_id)`
   await sql`
-    SELECT 1 FROM ${lane} l
-    WHERE (l.aggregate_type, l.aggregate_id) IN (
-      SELECT aggregate_type, aggregate_id FROM ${outbox} WHERE status = 'dead' AND ${which}
-    )
-    ORDER BY l.aggregate_type, l.aggregate_id
+    SELECT 1 FROM ${counter} c WHERE (c.aggregate_type, c.aggregate_id) IN (${chosen})
+    ORDER BY c.aggregate_type COLLATE "C", c.aggregate_id COLLATE "C"
     FOR UPDATE`.execute(trx)
+  await sql`
+    SELECT 1 FROM ${lane} l WHERE (l.aggregate_type, l.aggregate_id) IN (${chosen})
+    ORDER BY l.aggregate_type COLLATE "C", l.aggregate_id COLLATE "C"
+    FOR UPDATE`.execute(trx)
+  // A fresh snapshot, now that no enqueue of these aggregates is open: it sees every row they committed.
   const { rows } = await sql<{ event_id: string }>`
-    WITH revived AS (
-      UPDATE ${outbox}
-      SET status = 'pending', attempts = 0, available_at = now(), dead_at = NULL
-      WHERE status = 'dead' AND ${which}
-      RETURNING event_id, aggregate_type, aggregate_id
+    WITH target AS (
+      SELECT o.id, o.aggregate_type, o.aggregate_id FROM ${outbox} o
+      WHERE o.status = 'dead' AND ${which} AND (o.aggregate_type, o.aggregate_id) IN (${chosen})
+    ), blocker AS (
+      SELECT DISTINCT ON (d.aggregate_type, d.aggregate_id) d.id, d.aggregate_type, d.aggregate_id
+      FROM ${outbox} d
+      WHERE d.status = 'dead' AND (d.aggregate_type, d.aggregate_id) IN (${chosen})
+      ORDER BY d.aggregate_type, d.aggregate_id, d.sequence DESC
+    ), revived AS (
+      UPDATE ${outbox} o
+      SET status = 'pending', attempts = 0, first_failed_at = NULL, available_at = now(), dead_at = NULL
+      FROM target t
+      WHERE o.id = t.id
+      RETURNING o.event_id
     ), resumed AS (
       UPDATE ${lane} l
       SET blocked_reason = NULL, blocked_at = NULL
-      FROM (SELECT DISTINCT aggregate_type, aggregate_id FROM revived) r
-      WHERE l.aggregate_type = r.aggregate_type AND l.aggregate_id = r.aggregate_id
+      FROM blocker b JOIN target t ON t.id = b.id
+      WHERE l.aggregate_type = b.aggregate_type AND l.aggregate_id = b.aggregate_id
         AND l.blocked_reason = 'exhausted'
       RETURNING l.aggregate_type, l.aggregate_id
+    ), unparked AS (
+      UPDATE ${lane} l
+      SET blocked_reason = NULL, blocked_at = NULL, conflict_count = 0
+      FROM (SELECT DISTINCT aggregate_type, aggregate_id FROM target) t
+      WHERE l.aggregate_type = t.aggregate_type AND l.aggregate_id = t.aggregate_id
+        AND l.blocked_reason = 'conflict'
     ), released AS (
       UPDATE ${outbox} o
       SET available_at = now()

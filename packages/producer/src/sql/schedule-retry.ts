@@ -3,7 +3,11 @@ import type { FailedAttempt } from './failed-attempt.js'
 
 /**
  * Records a failed attempt on a lane's head, sets the whole lane's due time to `delayMs` from now (database time)
- * and releases the lane — one statement, fenced by the claim token (a stale owner changes nothing).
+ * and releases the lane — one statement, fenced by the claim token (a stale owner changes nothing). The head's
+ * first failure time is kept (set by its first failed attempt), for the give-up horizon.
+ *
+ * Any answer but a 409 ends a 409 park: the lane is in ordinary retries now, so it is no longer reported blocked,
+ * and a later 409 starts its park delay afresh.
  *
  * The head and the rows behind it are updated by separate sub-statements that never touch the same row (one
  * statement may not modify a row twice). Why every pending row of the lane moves, not just the head: the claim starts from the due index, and rows
@@ -19,13 +23,18 @@ export async function scheduleRetry(
   const lane = sql.id(schema, 'outbox_lane')
   const { rows } = await sql<{ owned: boolean }>`
     WITH released AS (
-      UPDATE ${lane} SET claim_token = NULL, leased_until = NULL
+      UPDATE ${lane}
+      SET claim_token = NULL, leased_until = NULL,
+          blocked_reason = CASE WHEN blocked_reason = 'conflict' THEN NULL ELSE blocked_reason END,
+          blocked_at = CASE WHEN blocked_reason = 'conflict' THEN NULL ELSE blocked_at END,
+          conflict_count = 0
       WHERE claim_token = ${failure.claimToken}
       RETURNING aggregate_type, aggregate_id
     ), head AS (
       UPDATE ${outbox} o
       SET attempts = ${failure.attempts}, last_status = ${failure.httpStatus}, last_error = ${failure.error},
-          last_attempt_at = ${failure.attemptedAt}, available_at = now() + ${delayMs} * interval '1 millisecond'
+          last_attempt_at = ${failure.attemptedAt}, first_failed_at = coalesce(o.first_failed_at, now()),
+          available_at = now() + ${delayMs} * interval '1 millisecond'
       FROM released
       WHERE o.id = ${failure.id} AND o.status = 'pending'
     ), lane_rows AS (

@@ -2,48 +2,94 @@ import { type Kysely, sql } from 'kysely'
 
 /** One event of a claimed lane, ready to send. */
 export interface LaneEventRow {
-  id: string
-  claim_token: string
-  event_id: string
-  aggregate_type: string
-  aggregate_id: string
-  sequence: string
-  event_type: string
+  readonly id: string
+  readonly eventId: string
+  readonly aggregateType: string
+  readonly aggregateId: string
+  readonly sequence: number
+  readonly eventType: string
   /** The payload as JSON text, spliced into the body unparsed. */
-  payload: string
-  created_at: Date
-  attempts: number
+  readonly payload: string
+  /** Bytes of `payload`, as counted against the relay's buffer budget. */
+  readonly payloadBytes: number
+  readonly createdAt: Date
+  /** Failed attempts so far. */
+  readonly attempts: number
+  /** Milliseconds since its first failed attempt, in database time when read; null when it never failed. */
+  readonly failingMs: number | null
+}
+
+/** What reading a lane's next rows asks for. */
+export interface NextRowsRequest {
+  readonly claimToken: string
+  /** The last sequence already read: rows after it come back. */
+  readonly afterSequence: number
+  readonly batchSize: number
+  /** Most payload bytes returned; the first row comes even when it alone is larger. */
+  readonly maxBytes: number
 }
 
 /**
  * Reads the next rows of a lane its owner goes on delivering past a full batch: up to `batchSize` pending rows
- * after `afterSequence`, in sequence order (contiguous, since sequence order is delivery order). The claim reads a
- * lane's first rows itself (`claimLanes`).
+ * after `afterSequence`, in sequence order (contiguous, since sequence order is delivery order), within `maxBytes`
+ * of payload. The claim reads a lane's first rows itself (`claimLanes`).
  *
- * Fenced by the claim token, so a lane lost in between yields nothing. The payload is read as text: the relay
- * splices it into the body without a parse/serialise round trip.
+ * Fenced by the claim token, so a lane lost in between yields nothing. Sizes come from the stored `payload_bytes`
+ * (measured for rows written before migration 0007), so rows past the budget are never turned into text; the
+ * payload is read as text, which the relay splices into the body without a parse/serialise round trip.
  */
 export async function selectLaneEvents(
   db: Kysely<any>,
   schema: string,
-  tokens: readonly string[],
-  batchSize: number,
-  afterSequence: string,
+  request: NextRowsRequest,
 ): Promise<LaneEventRow[]> {
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
-  const { rows } = await sql<LaneEventRow>`
-    SELECT e.id, l.claim_token, e.event_id, e.aggregate_type, e.aggregate_id, e.sequence, e.event_type,
-           e.payload::text AS payload, e.created_at, e.attempts
-    FROM ${lane} l
-    CROSS JOIN LATERAL (
-      SELECT * FROM ${outbox} o
-      WHERE o.aggregate_type = l.aggregate_type AND o.aggregate_id = l.aggregate_id AND o.status = 'pending'
-        AND o.sequence > ${afterSequence}::bigint
-      ORDER BY o.sequence
-      LIMIT ${batchSize}
-    ) e
-    WHERE l.claim_token = ANY(${tokens}::uuid[])
-    ORDER BY l.aggregate_type, l.aggregate_id, e.sequence`.execute(db)
-  return rows
+  // Raw SQL: window functions over a lateral read, which Kysely's builder cannot express readably.
+  const { rows } = await sql<{
+    id: string
+    event_id: string
+    aggregate_type: string
+    aggregate_id: string
+    sequence: string
+    event_type: string
+    payload: string
+    bytes: string
+    created_at: Date
+    attempts: number
+    failing_ms: string | null
+  }>`
+    SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.payload::text AS payload,
+           k.bytes, o.created_at, o.attempts,
+           (extract(epoch FROM now() - o.first_failed_at) * 1000)::bigint AS failing_ms
+    FROM (
+      SELECT e.id, e.bytes, sum(e.bytes) OVER w AS running, row_number() OVER w AS pos
+      FROM ${lane} l
+      CROSS JOIN LATERAL (
+        SELECT o.id, o.sequence, coalesce(o.payload_bytes, octet_length(o.payload::text))::bigint AS bytes
+        FROM ${outbox} o
+        WHERE o.aggregate_type = l.aggregate_type AND o.aggregate_id = l.aggregate_id AND o.status = 'pending'
+          AND o.sequence > ${request.afterSequence}::bigint
+        ORDER BY o.sequence
+        LIMIT ${request.batchSize}
+      ) e
+      WHERE l.claim_token = ${request.claimToken}::uuid
+      WINDOW w AS (ORDER BY e.sequence ROWS UNBOUNDED PRECEDING)
+    ) k
+    JOIN ${outbox} o ON o.id = k.id
+    WHERE k.running <= ${request.maxBytes}::bigint OR k.pos = 1
+    ORDER BY o.sequence`.execute(db)
+  return rows.map((row) => ({
+    id: row.id,
+    eventId: row.event_id,
+    aggregateType: row.aggregate_type,
+    aggregateId: row.aggregate_id,
+    sequence: Number(row.sequence),
+    eventType: row.event_type,
+    payload: row.payload,
+    payloadBytes: Number(row.bytes),
+    createdAt: row.created_at,
+    attempts: row.attempts,
+    failingMs: row.failing_ms === null ? null : Number(row.failing_ms),
+  }))
 }

@@ -1,0 +1,206 @@
+import type { Kysely } from 'kysely'
+import { OutboxError } from './errors.js'
+import { DEFAULT_LEASE_MS } from './options.js'
+import { resolveSchema } from './schema-name.js'
+import { findOverdueHeads, findViolations } from './sql/find-violations.js'
+import { type LaneRepair, repairLane } from './sql/repair-lane.js'
+
+/** The liveness rules {@link checkIntegrity} checks; each names a way an aggregate could stop moving silently. */
+export type IntegrityViolationKind =
+  /** Pending events with no lane row: no claim can ever take them. */
+  | 'pending_without_lane'
+  /** The lane's head waits at `'infinity'` and no dead letter below it blocks the lane (nothing will make it due). */
+  | 'head_not_due'
+  /** A pending event at `'infinity'` in a lane that is not blocked: it becomes a head that is never due. */
+  | 'row_at_infinity'
+  /** Blocked by an exhausted event under `'block'`, but no dead letter is left to redrive (it was pruned). */
+  | 'blocked_without_dead_letter'
+  /** Parked by a 409 with nothing pending. */
+  | 'conflict_without_pending'
+  /** Parked by a 409 while its head was last answered something else: reported blocked when it is not. */
+  | 'stale_conflict_marker'
+  /** A lease ending later than `maxLeaseMs` from now: longer than any relay takes, so the lane waits too long. */
+  | 'lease_too_long'
+  /** The aggregate's sequence counter is missing or below one of its sequences: the next enqueue would fail. */
+  | 'counter_behind'
+
+/** A broken liveness rule on one aggregate's lane. */
+export interface IntegrityViolation {
+  readonly kind: IntegrityViolationKind
+  readonly aggregateType: string
+  readonly aggregateId: string
+  /** What was found, for a person. */
+  readonly detail: string
+}
+
+/**
+ * Something worth a look that breaks no rule: a head due for longer than `overdueAfterMs` whose lane no live lease
+ * holds — what an outbox with no relay running (or relays far behind) looks like.
+ */
+export interface IntegrityFinding {
+  readonly kind: 'overdue_head'
+  readonly aggregateType: string
+  readonly aggregateId: string
+  readonly detail: string
+  readonly eventId: string
+  readonly sequence: number
+  readonly overdueSeconds: number
+}
+
+/** What {@link checkIntegrity} found. */
+export interface IntegrityReport {
+  /** True when no rule is broken (findings do not count). */
+  readonly ok: boolean
+  readonly violations: readonly IntegrityViolation[]
+  readonly findings: readonly IntegrityFinding[]
+}
+
+/** Options of {@link checkIntegrity}. */
+export interface CheckIntegrityOptions {
+  /** Schema of the producer tables. @defaultValue 'public' */
+  readonly schema?: string
+  /** The longest lease your relays take (their `leaseMs`); a longer one is a violation. @defaultValue 60000 */
+  readonly maxLeaseMs?: number
+  /** A head due for longer than this with no relay holding it is reported as a finding. @defaultValue 300000 */
+  readonly overdueAfterMs?: number
+  /** Most lanes reported per rule (and findings), so a damaged large outbox gives a bounded report. @defaultValue 100 */
+  readonly limit?: number
+}
+
+/** Default of {@link CheckIntegrityOptions.overdueAfterMs}: 5 minutes. */
+export const DEFAULT_OVERDUE_AFTER_MS = 300_000
+
+function positive(value: number | undefined, fallback: number, name: string): number {
+  const resolved = value ?? fallback
+  if (!Number.isSafeInteger(resolved) || resolved <= 0) {
+    throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', `${name} must be a positive integer, got ${value}`)
+  }
+  return resolved
+}
+
+/**
+ * Checks the outbox's liveness rules and returns what breaks them, as data — one snapshot, read-only. The relay,
+ * enqueue, redrive and prune keep every rule, so a violation means a defect or damage from outside (a manual
+ * edit, a restore, an older release); {@link repairIntegrity} (`outbox doctor --repair`) mends the ones it can.
+ *
+ * The rules: every pending event has a lane row; every lane's head is due at a finite time, or the lane is blocked
+ * by a dead letter below it that a redrive can revive; no pending event of an unblocked lane waits at
+ * `'infinity'`; a lane blocked as exhausted holds a dead letter, one parked by a 409 has a pending head last
+ * answered 409; no lease outlasts `maxLeaseMs`; every aggregate's counter is at or above its sequences.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { checkIntegrity } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * const { ok, violations, findings } = await checkIntegrity(db, { maxLeaseMs: 60_000 })
+ * if (!ok) console.error('outbox lanes need repair', violations)
+ * for (const finding of findings) console.warn(finding.detail)
+ * ```
+ */
+export async function checkIntegrity(
+  db: Kysely<any>,
+  options: CheckIntegrityOptions = {},
+): Promise<IntegrityReport> {
+  const schema = resolveSchema(options.schema)
+  const maxLeaseMs = positive(options.maxLeaseMs, DEFAULT_LEASE_MS, 'maxLeaseMs')
+  const overdueMs = positive(options.overdueAfterMs, DEFAULT_OVERDUE_AFTER_MS, 'overdueAfterMs')
+  const limit = positive(options.limit, 100, 'limit')
+  const [violations, overdue] = await Promise.all([
+    findViolations(db, schema, { maxLeaseMs, limit }),
+    findOverdueHeads(db, schema, { overdueMs, limit }),
+  ])
+  return {
+    ok: violations.length === 0,
+    violations: violations.map((row) => ({
+      kind: row.kind as IntegrityViolationKind,
+      aggregateType: row.aggregate_type,
+      aggregateId: row.aggregate_id,
+      detail: row.detail,
+    })),
+    findings: overdue.map((row) => {
+      const overdueSeconds = Math.round(Number(row.overdue_seconds))
+      return {
+        kind: 'overdue_head' as const,
+        aggregateType: row.aggregate_type,
+        aggregateId: row.aggregate_id,
+        eventId: row.event_id,
+        sequence: Number(row.sequence),
+        overdueSeconds,
+        detail: `head (sequence ${row.sequence}) due for ${overdueSeconds} s and no relay holds it: are relays running?`,
+      }
+    }),
+  }
+}
+
+/** What {@link repairIntegrity} did to one lane. */
+export type LaneRepairResult = LaneRepair & {
+  readonly aggregateType: string
+  readonly aggregateId: string
+  /** The violations that sent the repair there. */
+  readonly kinds: readonly IntegrityViolationKind[]
+}
+
+/** What {@link repairIntegrity} did, and the check after it. */
+export interface RepairReport {
+  readonly lanes: readonly LaneRepairResult[]
+  /** {@link checkIntegrity} once the repairs are done. */
+  readonly after: IntegrityReport
+}
+
+/** The rules a repair mends; `lease_too_long` is only reported (shortening a lease under its owner is not safe). */
+const REPAIRABLE: ReadonlySet<IntegrityViolationKind> = new Set<IntegrityViolationKind>([
+  'pending_without_lane',
+  'head_not_due',
+  'row_at_infinity',
+  'blocked_without_dead_letter',
+  'conflict_without_pending',
+  'stale_conflict_marker',
+  'counter_behind',
+])
+
+/**
+ * Mends what {@link checkIntegrity} finds, lane by lane, each in a transaction of its own that takes the lane like a
+ * claim: never under a live lease (that lane is skipped, and says so), with the aggregate's counter locked so no
+ * enqueue of it is open meanwhile. A lane blocked by a dead letter that is gone resumes as if that event had been
+ * skipped; rows stuck at `'infinity'` in a lane not blocked become due; stale 409 parks are cleared; a missing lane
+ * row or a counter behind its sequences is restored. Returns what it did and a fresh check.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { repairIntegrity } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * const { lanes, after } = await repairIntegrity(db)
+ * for (const lane of lanes) console.log(lane.aggregateType, lane.aggregateId, lane.outcome)
+ * if (!after.ok) console.error('still broken', after.violations)
+ * ```
+ */
+export async function repairIntegrity(
+  db: Kysely<any>,
+  options: CheckIntegrityOptions = {},
+): Promise<RepairReport> {
+  const schema = resolveSchema(options.schema)
+  const before = await checkIntegrity(db, options)
+  const byLane = new Map<
+    string,
+    { aggregateType: string; aggregateId: string; kinds: IntegrityViolationKind[] }
+  >()
+  for (const violation of before.violations) {
+    if (!REPAIRABLE.has(violation.kind)) continue
+    const key = JSON.stringify([violation.aggregateType, violation.aggregateId])
+    const lane = byLane.get(key) ?? {
+      aggregateType: violation.aggregateType,
+      aggregateId: violation.aggregateId,
+      kinds: [],
+    }
+    lane.kinds.push(violation.kind)
+    byLane.set(key, lane)
+  }
+  const lanes: LaneRepairResult[] = []
+  for (const lane of byLane.values()) {
+    const repair = await db.transaction().execute((trx) => repairLane(trx, schema, lane))
+    lanes.push({ ...repair, ...lane })
+  }
+  return { lanes, after: await checkIntegrity(db, options) }
+}
