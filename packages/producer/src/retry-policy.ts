@@ -26,7 +26,9 @@ export function jitter(delayMs: number, random: () => number = Math.random): num
  * always passed it by its last attempt, so this only holds back an event whose attempts came sooner (`Retry-After`).
  */
 export function retryHorizonMs(schedule: readonly number[]): number {
-  return Math.floor(schedule.reduce((sum, delay) => sum + delay, 0) * (1 - RETRY_JITTER))
+  // Each delay's least jittered value, as {@link jitter} rounds it, so a schedule followed to its end always
+  // reaches the horizon (rounding the sum instead fell short by a few ms on schedules of tiny delays).
+  return schedule.reduce((sum, delay) => sum + Math.round(delay * (1 - RETRY_JITTER)), 0)
 }
 
 /** What a failed attempt leads to. */

@@ -111,4 +111,63 @@ describe('relay crashes (real processes, SIGKILL)', () => {
       await sink.close()
     }
   })
+
+  it('lanes only claimed ahead by a relay that died are handed over free: innocent events are never charged for a poison one', {
+    timeout: 60_000,
+  }, async () => {
+    // concurrency 1: each relay delivers the poison lane and keeps one innocent lane claimed ahead, unstarted, when
+    // the poison kills it. Before the takeover rule, every crash charged that innocent head an attempt too.
+    await seedEvents(t.db, ['killer'], 1)
+    const innocents = Array.from({ length: 6 }, (_, n) => `innocent-${n}`)
+    await seedEvents(t.db, innocents, 1)
+    let current: RelayProcess | undefined
+    let kills = 0
+    let started = deferred()
+    const sink = await startSink(async (request) => {
+      await started.promise
+      if (request.json.aggregate_id === 'killer') {
+        kills += 1
+        await current?.kill()
+        return 'hang'
+      }
+      return { status: 200, body: { status: 'applied' } }
+    })
+    try {
+      const spawnOne = async () => {
+        started = deferred()
+        current = await spawnRelay(t.url, {
+          endpoint: sink.url,
+          concurrency: 1,
+          leaseMs: 600,
+          requestTimeoutMs: 200,
+          pollIntervalMs: 20,
+          retrySchedule: [5, 5],
+        })
+        processes.push(current)
+        started.resolve()
+      }
+      await spawnOne()
+      await waitFor(
+        async () => {
+          if (current?.child.exitCode !== null || current?.child.signalCode !== null) await spawnOne()
+          return (await stats(t.db)).pending === 0
+        },
+        'the poison to be dead-lettered and every innocent event delivered',
+        40_000,
+      )
+      const rows = await t.db
+        .selectFrom('outbox')
+        .selectAll()
+        .where('aggregate_id', 'in', ['killer', ...innocents])
+        .orderBy('aggregate_id')
+        .execute()
+      expect(rows.filter((row) => row.status === 'dead').map((row) => row.aggregate_id)).toEqual(['killer'])
+      const innocentRows = rows.filter((row) => row.aggregate_id !== 'killer')
+      // Each innocent event was sent once and charged nothing: its only attempt is the one that succeeded.
+      expect(innocentRows.map((row) => [row.status, row.attempts])).toEqual(innocents.map(() => ['sent', 1]))
+      expect(kills).toBe(4)
+    } finally {
+      await sink.close()
+    }
+  })
 })

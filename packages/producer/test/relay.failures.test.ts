@@ -88,6 +88,40 @@ describe('relay failure handling', () => {
     }
   })
 
+  it('a 409 park ends with any other answer: a 500 retry or a dead letter under skip leaves nothing reported blocked', async () => {
+    await seedEvents(t.db, ['park-then-500', 'park-then-dead'], 1)
+    const answers: Record<string, number[]> = { 'park-then-500': [409, 500], 'park-then-dead': [409, 400] }
+    const sink = await startSink((request) => ({
+      status: answers[request.json.aggregate_id]!.shift() ?? 500,
+    }))
+    try {
+      const relay = new Relay({ db: t.db, endpoint: sink.url, retrySchedule: [60_000], logger: silentLogger })
+      await relay.runOnce()
+      expect(await stats(t.db)).toMatchObject({ blocked: 2 })
+      await sql`UPDATE outbox SET available_at = now() WHERE aggregate_id LIKE 'park-then-%'`.execute(t.db)
+      // 'park-then-500' goes into ordinary retries. 'park-then-dead' is given one earlier failed attempt an hour
+      // ago (409s are not attempts), so its next failure is its last of two and past the horizon.
+      await sql`UPDATE outbox SET attempts = 1, first_failed_at = now() - interval '1 hour'
+        WHERE aggregate_id = 'park-then-dead'`.execute(t.db)
+      expect(await relay.runOnce()).toEqual({ delivered: 0, failed: 1, dead: 1 })
+    } finally {
+      await sink.close()
+    }
+    // Before, the conflict marker outlived both: stats read blocked for ever after the dead letter.
+    expect(await stats(t.db)).toMatchObject({ blocked: 0, dead: 1 })
+    const lanes = await t.db
+      .selectFrom('outbox_lane')
+      .select(['aggregate_id', 'blocked_reason', 'conflict_count'])
+      .where('aggregate_id', 'like', 'park-then-%')
+      .orderBy('aggregate_id')
+      .execute()
+    expect(lanes).toEqual([
+      { aggregate_id: 'park-then-500', blocked_reason: null, conflict_count: 0 },
+      { aggregate_id: 'park-then-dead', blocked_reason: null, conflict_count: 0 },
+    ])
+    await sql`DELETE FROM outbox WHERE aggregate_id LIKE 'park-then-%'`.execute(t.db)
+  })
+
   it('429 and 503 honour Retry-After for the lane', async () => {
     await seedEvents(t.db, ['ra-1', 'ra-2'], 1)
     const sink = await startSink((request) =>

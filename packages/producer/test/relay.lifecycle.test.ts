@@ -1,7 +1,8 @@
 import { startSink, useTestDatabase } from '@outbox/test-harness'
+import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { Relay, silentLogger } from '../src/index.js'
-import { seedEvents, waitFor } from './support.js'
+import { seedEvents, waitFor, waitForLockWaiters } from './support.js'
 
 const t = useTestDatabase()
 
@@ -131,5 +132,46 @@ describe('relay lifecycle', () => {
     expect(relay.running).toBe(false)
     await expect(relay.start()).rejects.toThrow(/create a new Relay/)
     await sink.close()
+  })
+
+  it('a claim that outlasts stop() and its grace hands its lanes back itself when it returns', async () => {
+    await seedEvents(t.db, ['late-1', 'late-2'], 1)
+    const versions = async () =>
+      (
+        await sql<{ version: string }>`SELECT xmin::text AS version FROM outbox_lane
+          WHERE aggregate_id LIKE 'late-%' ORDER BY aggregate_id`.execute(t.db)
+      ).rows.map((row) => row.version)
+    const before = await versions()
+    const sink = await startSink()
+    const relay = new Relay({ db: t.connect(), endpoint: sink.url, pollIntervalMs: 10, logger: silentLogger })
+    // The relay's claim waits behind this lock, as behind DDL or a server that is slow to answer.
+    const holder = await t.db.startTransaction().execute()
+    await sql`LOCK TABLE outbox_lane IN ACCESS EXCLUSIVE MODE`.execute(holder)
+    try {
+      await relay.start()
+      await waitForLockWaiters(t.db)
+      await relay.stop({ timeoutMs: 50 })
+      expect(relay.running).toBe(false)
+      await holder.commit().execute()
+      // The claim now goes through and leases both lanes (their rows are written), for a relay that has stopped:
+      // they must come back at once, not after the 60 s lease.
+      await waitFor(
+        async () => (await versions()).every((version, n) => version !== before[n]),
+        'the late claim to run',
+      )
+      await waitFor(async () => {
+        const { rows } = await sql<{ leased: string }>`
+          SELECT count(*) FILTER (WHERE claim_token IS NOT NULL) AS leased FROM outbox_lane
+          WHERE aggregate_id LIKE 'late-%'`.execute(t.db)
+        return Number(rows[0]!.leased) === 0
+      }, 'the late claim to be handed back', 3000)
+      expect(sink.requests).toHaveLength(0)
+    } finally {
+      await holder
+        .rollback()
+        .execute()
+        .catch(() => {})
+      await sink.close()
+    }
   })
 })

@@ -1,3 +1,4 @@
+import { createServer, type Socket } from 'node:net'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import pg from 'pg'
@@ -180,5 +181,40 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       seen.set(key, request.json.sequence)
     }
     expect(sink.requests).toHaveLength(640)
+  })
+
+  it('a LISTEN host that accepts connections and never answers cannot hang start(): it gives up after connectTimeoutMs and polls', async () => {
+    const sockets = new Set<Socket>()
+    const silent = createServer((socket) => {
+      sockets.add(socket)
+      socket.on('error', () => {})
+    })
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve))
+    const { port } = silent.address() as { port: number }
+    const sink = await startSink()
+    const relay = new Relay({
+      db: t.db,
+      endpoint: sink.url,
+      pollIntervalMs: 20,
+      listen: { connectionString: `postgres://nobody@127.0.0.1:${port}/nothing`, connectTimeoutMs: 300 },
+      logger: silentLogger,
+    })
+    try {
+      const started = performance.now()
+      const outcome = await Promise.race([
+        relay.start().then(() => 'started'),
+        new Promise((resolve) => setTimeout(() => resolve('hung'), 5000)),
+      ])
+      expect(outcome).toBe('started')
+      expect(performance.now() - started).toBeLessThan(3000)
+      expect(relay.listening).toBe(false)
+      await enqueueOne('polled')
+      await waitFor(() => sink.requests.length === 1, 'delivery by polling')
+    } finally {
+      await relay.stop()
+      await sink.close()
+      for (const socket of sockets) socket.destroy()
+      await new Promise((resolve) => silent.close(resolve))
+    }
   })
 })

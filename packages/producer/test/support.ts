@@ -1,4 +1,4 @@
-import type { Kysely } from 'kysely'
+import { type Kysely, sql } from 'kysely'
 import { enqueue } from '../src/index.js'
 
 /** Enqueues `count` events for each aggregate id, each in its own transaction, in round-robin order. */
@@ -51,4 +51,28 @@ export function deferred<T = void>(): { promise: Promise<T>; resolve: (value: T)
     resolve = settle
   })
   return { promise, resolve }
+}
+
+/** Resolves once `count` sessions of this database wait for a lock (throws after 10 s). */
+export async function waitForLockWaiters(db: Kysely<any>, count = 1): Promise<void> {
+  for (const deadline = Date.now() + 10_000; Date.now() < deadline; await sleep(10)) {
+    const { rows } = await sql<{ n: string }>`
+      SELECT count(*) AS n FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(db)
+    if (Number(rows[0]?.n) >= count) return
+  }
+  throw new Error(`fewer than ${count} sessions ever waited for a lock`)
+}
+
+/** Resolves after `ms`. */
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/** The outbox rows of one aggregate, in sequence order, as [sequence, status, available_at is infinity]. */
+export async function laneRows(db: Kysely<any>, aggregateId: string, aggregateType = 'order') {
+  const { rows } = await sql<{ sequence: string; status: string; at_infinity: boolean }>`
+    SELECT sequence, status, available_at = 'infinity' AS at_infinity FROM outbox
+    WHERE aggregate_type = ${aggregateType} AND aggregate_id = ${aggregateId} ORDER BY sequence`.execute(db)
+  return rows.map((row) => [Number(row.sequence), row.status, row.at_infinity] as const)
 }
