@@ -1,8 +1,10 @@
 import {
+  DEFAULT_DOCTOR_LIMIT,
   DEFAULT_LIST_LIMIT,
   DEFAULT_STOP_TIMEOUT_MS,
   DEFAULT_WATCH_INTERVAL_MS,
   EXIT_PRUNE_NOT_CAUGHT_UP,
+  EXIT_VIOLATIONS,
 } from './cli-defaults.js'
 
 // The help texts live apart from the commands, and load nothing but strings: `outbox --help` and
@@ -160,6 +162,41 @@ Options:
   --json                 print {"redriven": [...], "notDead": [...]}
 ${databaseOptions()}
 `,
+
+  doctor: `Usage: outbox doctor [--json] [--repair] [options]
+
+Checks the rules that keep every aggregate's lane moving and lists each lane that breaks one: pending events with
+no lane row, events held at infinity, a lane blocked by a dead letter that is gone (pruned), a 409 park with nothing
+pending or whose head was last answered otherwise, a lease longer than --max-lease-ms, a sequence counter behind
+its events. The relay, enqueue, redrive and prune keep these rules, so a violation means damage from outside (a
+manual edit, a restore, an older release). Read-only unless --repair.
+
+Heads due for longer than --overdue-after that no relay holds are listed apart, as findings: that is what an outbox
+looks like with no relay running. Findings do not fail the check.
+
+With --repair, each lane is mended in a transaction of its own that takes it like a claim: a lane a relay holds
+under a live lease is skipped and reported (run again later), and a lease that is too long is only reported (it is
+never shortened under its owner). Then the check runs again.
+
+Exits 0 when no rule is broken (with --repair: none is left), and ${EXIT_VIOLATIONS} when one is, so a probe can alert.
+
+Options:
+  --json                      print the report as JSON: {"ok", "violations", "findings"};
+                              with --repair {"lanes", "after"} (after: the check that followed)
+  --repair                    mend what the check finds, then check again
+  --max-lease-ms <ms>         the longest lease your relays take (default 60000); pass your relays' --lease-ms
+                              if larger, or their leases are reported as too long
+  --overdue-after <duration>  a due head no relay holds for longer than this is a finding (default 5m)
+  --limit <n>                 most lanes listed per rule (default ${DEFAULT_DOCTOR_LIMIT})
+${databaseOptions(26)}
+
+Exit codes: 0 no violations · 1 database failure · 2 usage error · ${EXIT_VIOLATIONS} violations (left after --repair)
+
+Examples:
+  outbox doctor
+  outbox doctor --repair --max-lease-ms 120000
+  outbox doctor --json | jq -c '.violations[]'
+`,
 } as const
 
 /** A help page's key: a command, or `dead-letters <subcommand>`. */
@@ -172,6 +209,7 @@ export const SUMMARIES: readonly (readonly [string, string])[] = [
   ['stats', 'lag, pending, in-flight, struggling, dead and blocked counts (--watch to follow)'],
   ['prune', 'delete sent events (and optionally dead letters) past retention, in bounded batches'],
   ['dead-letters', 'list dead letters, or redrive them (same event id and sequence)'],
+  ['doctor', 'check that every lane can move (stuck heads, stale blocks, long leases); --repair mends them'],
 ]
 
 /** The text of `outbox --help`. */
@@ -193,7 +231,8 @@ Options:
   -h, --help     show help (also: outbox <command> --help)
   --version      print the version
 
-Exit codes: 0 success · 1 runtime failure (database, network) · 2 usage error · ${EXIT_PRUNE_NOT_CAUGHT_UP} prune did not catch up
+Exit codes: 0 success · 1 runtime failure (database, network) · 2 usage error · ${EXIT_PRUNE_NOT_CAUGHT_UP} prune did not catch up ·
+${EXIT_VIOLATIONS} doctor found violations
 `
 }
 
