@@ -60,6 +60,7 @@ export {
   MAX_RETRY_AFTER_MS,
   MIN_CONFLICT_PARK_MS,
   RETRY_JITTER,
+  retryAfterFloorMs,
   retryHorizonMs,
 } from './retry-policy.js'
 export {

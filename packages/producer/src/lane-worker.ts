@@ -14,8 +14,13 @@ import { type LaneEventRow, selectLaneEvents } from './sql/select-lane-events.js
 
 /** A lane this relay owns, with the events read for it. */
 export interface ClaimedLane extends ClaimedLaneRow {
-  /** Clock time (the relay's monotonic clock) when the claim was sent: no earlier than the database's. */
+  /** Clock time (the relay's monotonic clock) when the claim was sent: no later than the database's lease start. */
   readonly claimedAt: number
+  /**
+   * Clock time when the claim's answer arrived: no earlier than the database's `now()` that measured each row's
+   * failing time, so the time elapsed since can only be underestimated (a give-up is never early).
+   */
+  readonly readAt: number
   /** Clock time after which the lease may be gone: `claimedAt + leaseMs`. */
   readonly deadline: number
   /** Payload bytes read for this lane so far (its claim and later batches), held against the relay's budget. */
@@ -100,7 +105,7 @@ export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<
       error: TAKEOVER_ERROR,
       attemptedAt: new Date(),
     }
-    return await settleFailure(ctx, lane, head, failure, lane.claimedAt, undefined)
+    return await settleFailure(ctx, lane, head, failure, lane.readAt, undefined)
   }
   if (lane.watchStarts && !(await markStarted(ctx.options.db, ctx.options.schema, lane.claimToken))) {
     // The claim is no longer ours (its lease ran out before we started): nothing to send, nothing to release.
@@ -127,8 +132,8 @@ async function deliverInOrder(
 ): Promise<{ result: LaneResult; settled: boolean }> {
   let delivered = 0
   let batch: readonly LaneEventRow[] = lane.events
-  // Clock time the current batch was read: its rows' failing times were measured then (or later).
-  let readAt = lane.claimedAt
+  // Clock time the current batch's read returned: its rows' failing times were measured before it.
+  let readAt = lane.readAt
   while (batch.length > 0) {
     for (const row of batch) {
       const step = await deliverRow(ctx, lane, row, readAt, delivered)
@@ -138,8 +143,8 @@ async function deliverInOrder(
       if (step.next === 'hand back') return { result: { ...NOTHING, delivered }, settled: false }
       delivered += 1
     }
-    readAt = ctx.runtime.clock.now()
     batch = await nextBatch(ctx, lane, batch)
+    readAt = ctx.runtime.clock.now()
   }
   return { result: { ...NOTHING, delivered }, settled: false }
 }
@@ -277,8 +282,9 @@ async function nextBatch(
  * Settles a failed attempt on a lane's head: retried after the delay {@link decideAfterFailure} gives, or
  * dead-lettered once the event has used its attempts and its failing horizon. Releases the lane.
  *
- * `readAt` is the clock time the row was read: its `failingMs` was measured then, in database time, so the time
- * since is added (an underestimate by the read's own duration, never an overestimate: giving up is never early).
+ * `readAt` is the clock time the read that brought the row returned: its `failingMs` was measured before that, in
+ * database time, so the time since is added (an underestimate by the read's own duration, never an overestimate:
+ * giving up is never early).
  */
 async function settleFailure(
   ctx: LaneContext,

@@ -490,10 +490,11 @@ export class Relay {
     } finally {
       this.#claiming = false
     }
+    const readAt = this.#runtime.clock.now()
     const claimed = result.lanes.map((row): ClaimedLane => {
       const heldBytes = row.events.reduce((sum, event) => sum + event.payloadBytes, 0)
       this.#heldBytes += heldBytes
-      return { ...row, claimedAt, deadline: claimedAt + leaseMs, heldBytes }
+      return { ...row, claimedAt, readAt, deadline: claimedAt + leaseMs, heldBytes }
     })
     for (const lane of claimed) {
       const head = lane.events[0]

@@ -45,10 +45,23 @@ export interface AttemptFailure {
 }
 
 /**
+ * The soonest a `Retry-After` may bring the next try after `attempts` failed ones: the schedule's first delay,
+ * doubling with each failed attempt, and never later than the schedule's own delay for this attempt (past the
+ * schedule: its last delay). With the default schedule: 5 s, 10 s, 20 s, … — so a subscriber deploying behind
+ * `503 Retry-After: 5` gets its events seconds after it is back, while one that answers `Retry-After: 1` for a day is
+ * tried about 30 times, not 17,000 (once an hour, {@link MAX_RETRY_AFTER_MS}, after the first eleven tries).
+ */
+export function retryAfterFloorMs(schedule: readonly number[], attempts: number): number {
+  const first = schedule[0] ?? 0
+  const scheduled = schedule[Math.min(attempts, schedule.length) - 1] ?? first
+  return Math.min(scheduled, first * 2 ** Math.min(attempts - 1, 30))
+}
+
+/**
  * Decides what follows a failed attempt. The event is dead-lettered only once it has used `maxAttempts` attempts
  * AND has been failing for {@link retryHorizonMs}; until then it is retried:
- * - after `Retry-After` when the answer carried one, raised to at least the schedule's first delay (an endpoint
- *   answering `Retry-After: 1` is tried every 5 s at most, not every second) and capped at {@link MAX_RETRY_AFTER_MS};
+ * - after `Retry-After` when the answer carried one, no sooner than {@link retryAfterFloorMs} and no later than
+ *   {@link MAX_RETRY_AFTER_MS};
  * - otherwise after the schedule's delay for this attempt (±{@link RETRY_JITTER});
  * - otherwise (its attempts ran out early, because `Retry-After` brought them forward) when the horizon is reached.
  */
@@ -61,7 +74,7 @@ export function decideAfterFailure(
   const horizonMs = retryHorizonMs(schedule)
   if (failure.attempts >= maxAttempts && failure.failingMs >= horizonMs) return { kind: 'dead' }
   if (failure.retryAfterMs !== undefined) {
-    const floorMs = schedule[0] ?? 0
+    const floorMs = retryAfterFloorMs(schedule, failure.attempts)
     return { kind: 'retry', delayMs: Math.min(MAX_RETRY_AFTER_MS, Math.max(floorMs, failure.retryAfterMs)) }
   }
   const scheduled = schedule[failure.attempts - 1]

@@ -6,6 +6,7 @@ import {
   jitter,
   MAX_RETRY_AFTER_MS,
   RETRY_JITTER,
+  retryAfterFloorMs,
   retryHorizonMs,
 } from '../src/retry-policy.js'
 
@@ -55,16 +56,39 @@ describe('what follows a failed attempt', () => {
     )
   })
 
-  it('Retry-After sets the next delay, raised to the first scheduled delay and capped, and never makes the give-up sooner', () => {
+  it('Retry-After sets the next delay within a floor that doubles per attempt and the cap, and never makes the give-up sooner', () => {
     const decide = (attempts: number, failingMs: number, retryAfterMs: number) =>
       decideAfterFailure(DEFAULT_RETRY_SCHEDULE, MAX_ATTEMPTS, { attempts, failingMs, retryAfterMs })
+    expect(
+      [1, 2, 3, 4, 7, 8, 11, 12].map((attempts) => retryAfterFloorMs(DEFAULT_RETRY_SCHEDULE, attempts)),
+    ).toEqual([5_000, 10_000, 20_000, 40_000, 320_000, 640_000, 5_120_000, 10_240_000])
     expect(decide(1, 0, 1000)).toEqual({ kind: 'retry', delayMs: 5_000 })
     expect(decide(2, 5_000, 60_000)).toEqual({ kind: 'retry', delayMs: 60_000 })
     expect(decide(2, 5_000, 10 * HOUR)).toEqual({ kind: 'retry', delayMs: MAX_RETRY_AFTER_MS })
-    // Attempts used up by early retries, horizon not reached: it keeps going at the header's pace.
-    expect(decide(8, 40_000, 1000)).toEqual({ kind: 'retry', delayMs: 5_000 })
-    expect(decide(100, 40_000, 1000)).toEqual({ kind: 'retry', delayMs: 5_000 })
+    // The floor never exceeds the attempt's own scheduled delay: a Retry-After is never later than the schedule
+    // would have tried anyway, unless the header itself says so.
+    expect(retryAfterFloorMs([100, 100, 100], 3)).toBe(100)
+    // Attempts used up by early retries, horizon not reached: it keeps going at the header's pace, floored.
+    expect(decide(8, 40_000, 1000)).toEqual({ kind: 'retry', delayMs: 640_000 })
+    expect(decide(100, 40_000, 1000)).toEqual({ kind: 'retry', delayMs: MAX_RETRY_AFTER_MS })
     expect(decide(8, retryHorizonMs(DEFAULT_RETRY_SCHEDULE), 1000)).toEqual({ kind: 'dead' })
+  })
+
+  it('a subscriber answering Retry-After: 1 for a whole day is tried a few dozen times, not thousands', () => {
+    let failingMs = 0
+    let requests = 1
+    for (;;) {
+      const decision = decideAfterFailure(DEFAULT_RETRY_SCHEDULE, MAX_ATTEMPTS, {
+        attempts: requests,
+        failingMs,
+        retryAfterMs: 1000,
+      })
+      if (decision.kind === 'dead') break
+      failingMs += decision.delayMs
+      requests += 1
+    }
+    expect(failingMs).toBeGreaterThanOrEqual(retryHorizonMs(DEFAULT_RETRY_SCHEDULE))
+    expect(requests).toBeLessThan(40)
   })
 
   it('attempts used up early with no Retry-After on the last answer: one more try when the horizon is reached', () => {
