@@ -33,6 +33,9 @@ export async function repairLane(
   const where = (alias: string) =>
     sql`${sql.id(alias)}.aggregate_type = ${key.aggregateType} AND ${sql.id(alias)}.aggregate_id = ${key.aggregateId}`
   const actions: string[] = []
+  // The locks are taken under a savepoint: a lock timeout aborts only what follows it, so the transaction still
+  // commits (with nothing done) and the caller goes on to the next lane.
+  await sql`SAVEPOINT repair_locks`.execute(trx)
   try {
     await sql`SELECT set_config('lock_timeout', ${REPAIR_LOCK_TIMEOUT}, true)`.execute(trx)
     await sql`SELECT 1 FROM ${counter} c WHERE ${where('c')} FOR UPDATE`.execute(trx)
@@ -48,6 +51,7 @@ export async function repairLane(
     }
   } catch (error) {
     if ((error as { code?: unknown }).code === '55P03') {
+      await sql`ROLLBACK TO SAVEPOINT repair_locks`.execute(trx)
       return {
         outcome: 'skipped',
         reason: 'an enqueue or a claim held it for more than 5 s; run again later',
