@@ -1,8 +1,12 @@
-import { stats } from '@outbox/producer'
+import { checkIntegrity, stats } from '@outbox/producer'
 import { type Kysely, sql } from 'kysely'
+import type { EventRequests } from './fault-proxy.js'
 
-/** The three runs: no poison, poison under `onExhausted: 'skip'`, poison under `'block'`. */
-export type ChaosMode = 'normal' | 'poison-skip' | 'poison-block'
+/**
+ * The four runs: no poison; poison under `onExhausted: 'skip'`; poison under `'block'`; and `retry-after`, a finite
+ * schedule against an endpoint that answers much of the time 429/503 with a short `Retry-After`.
+ */
+export type ChaosMode = 'normal' | 'poison-skip' | 'poison-block' | 'retry-after'
 
 /** One broken invariant, with a few examples to start the investigation from. */
 export interface Violation {
@@ -29,14 +33,57 @@ export interface DatabaseFigures {
   attempts: number
   applied: number
   processedEvents: number
-  /** Dead letters whose late copy the subscriber recorded as stale_ignored (poison-skip only). */
+  /** Dead letters whose late copy the subscriber recorded as stale_ignored. */
   deadRecordedStale: number
+  /** Dead letters the subscriber applied all the same, its answer lost on the way (retry-after only). */
+  deadApplied: number
+  /** Things `checkIntegrity` found worth a look that break no rule (heads overdue with no relay on them). */
+  integrityFindings: number
+}
+
+/** What the proxy's own account of every request says about attempts and giving up. */
+export interface LedgerFigures {
+  /** The relays' `maxAttempts`. */
+  maxAttempts: number
+  /** The relays' give-up horizon (`retryHorizonMs` of their schedule). */
+  horizonMs: number
+  /**
+   * Sent events whose requests failed at least `maxAttempts` times before one got through: held back by the
+   * horizon, they would have been dead-lettered under a rule that counted attempts alone.
+   */
+  sentPastMaxAttempts: number
+  /** Most failed requests one event had before it was sent. */
+  mostFailuresBeforeSent: number
+  /** Fewest requests (other than 409s) among the dead letters; null without dead letters. */
+  deadFewestRequests: number | null
+  /** Shortest time from a dead letter's first failed request to its death; null without dead letters. */
+  deadShortestSpanMs: number | null
+  /**
+   * The same span by the outbox's own clock (`dead_at − first_failed_at`), for comparison only: below the horizon,
+   * the relay gave up early by its own account.
+   */
+  deadShortestRecordedSpanMs: number | null
+}
+
+/** What the run recorded itself, to hold the relays to: never the outbox's own attempt columns. */
+export interface RunRecord {
+  /** Event ids the relays sent, as the proxy saw them: none may be unknown to the producer database. */
+  readonly sentEventIds: ReadonlySet<string>
+  /** The proxy's account of every request, by event id. */
+  readonly requestsByEvent: ReadonlyMap<string, EventRequests>
+  /** The relays' `maxAttempts` (their schedule's length + 1). */
+  readonly maxAttempts: number
+  /** The relays' give-up horizon, `retryHorizonMs(schedule)`. */
+  readonly horizonMs: number
+  /** The relays' lease: `checkIntegrity` reports a longer one. */
+  readonly leaseMs: number
 }
 
 /** The outcome of {@link checkInvariants}. */
 export interface InvariantReport {
   readonly violations: Violation[]
   readonly figures: DatabaseFigures
+  readonly ledger: LedgerFigures
 }
 
 interface OutboxRow {
@@ -50,6 +97,10 @@ interface OutboxRow {
   intent: string | null
   poison: boolean
   available_at_infinite: boolean
+  /** Epoch milliseconds of its dead-lettering, in the database's clock; null unless dead. */
+  dead_at_ms: number | null
+  /** `dead_at − first_failed_at` in milliseconds: the failing span by the outbox's own account; null unless dead. */
+  recorded_span_ms: number | null
 }
 
 interface AppliedRow {
@@ -82,18 +133,21 @@ function groupBy<T>(rows: readonly T[], by: (row: T) => string): Map<string, T[]
  * - Producer: events and business rows commit together (tags match, order versions add up); no rolled-back
  *   event exists; each aggregate's sequences are 1…n without gaps.
  * - Relay: nothing pending, nothing dead (poison modes: exactly the poison events are dead — under `'block'` the
- *   first poison of each poisoned aggregate, with its lane blocked and the rest of the lane still pending).
+ *   first poison of each poisoned aggregate, with its lane blocked and the rest of the lane still pending;
+ *   `retry-after`: any event may die, but see the next point); every dead letter used its own attempts — the
+ *   proxy saw at least `maxAttempts` failed requests for it (or requests open when their relay was killed), the
+ *   first of them at least the horizon before its death; `checkIntegrity` finds every lane live.
  * - Subscriber: every event that should be applied is applied exactly once (append-only log and counter), none
  *   other is (rolled back, unknown, poison, behind a blocked head); each aggregate's applied sequences are
  *   strictly increasing and gap-free in log order (except the dead-lettered ones under `'skip'`); dedupe records
- *   and cursors agree.
+ *   and cursors agree. Under `retry-after` a dead letter may have been applied once, in order, when its last
+ *   answer was lost after the subscriber applied it.
  */
 export async function checkInvariants(
   producer: Kysely<any>,
   subscriber: Kysely<any>,
   mode: ChaosMode,
-  /** Event ids the relays sent, as the proxy saw them: none may be unknown to the producer database. */
-  sentEventIds: ReadonlySet<string> = new Set(),
+  run: RunRecord,
 ): Promise<InvariantReport> {
   const violations: Violation[] = []
   const fail = (invariant: string, detail: string, examples: readonly string[] = []) =>
@@ -103,7 +157,9 @@ export async function checkInvariants(
     SELECT event_id, aggregate_type, aggregate_id, sequence::int AS sequence, status, attempts,
            payload->>'tag' AS tag, payload->>'intent' AS intent,
            coalesce((payload->>'poison')::boolean, false) AS poison,
-           available_at = 'infinity' AS available_at_infinite
+           available_at = 'infinity' AS available_at_infinite,
+           (extract(epoch FROM dead_at) * 1000)::float8 AS dead_at_ms,
+           (extract(epoch FROM dead_at - first_failed_at) * 1000)::float8 AS recorded_span_ms
     FROM outbox ORDER BY aggregate_type, aggregate_id, sequence`.execute(producer)
   const { rows: changes } = await sql<{ tag: string; order_id: string; aggregate_type: string }>`
     SELECT tag, order_id, aggregate_type FROM order_changes`.execute(producer)
@@ -123,6 +179,7 @@ export async function checkInvariants(
   }>`
     SELECT aggregate_type, aggregate_id, blocked_reason FROM outbox_lane`.execute(producer)
   const outboxStats = await stats(producer)
+  const integrity = await checkIntegrity(producer, { maxLeaseMs: run.leaseMs })
 
   const { rows: applied } = await sql<AppliedRow>`
     SELECT id, event_id, aggregate_type, aggregate_id, sequence::int AS sequence, tag FROM applied_log ORDER BY id`.execute(
@@ -210,6 +267,8 @@ export async function checkInvariants(
   }
   const fate = (row: OutboxRow): 'applied' | 'dead' | 'stalled' => {
     if (mode === 'normal') return 'applied'
+    // Any event may die here; whether it had the right to is checked from the proxy's account below.
+    if (mode === 'retry-after') return row.status === 'dead' ? 'dead' : 'applied'
     if (mode === 'poison-skip') return row.poison ? 'dead' : 'applied'
     const stop = firstPoison.get(key(row))
     if (stop === undefined || row.sequence < stop) return 'applied'
@@ -282,6 +341,52 @@ export async function checkInvariants(
     )
   }
 
+  // Counted from the proxy's account, never from the outbox's `attempts` or `first_failed_at`: those are what the
+  // relay's give-up rule reads, so they cannot vouch for it. Requests open at a relay kill count (a takeover may
+  // charge them), 409s do not, and so do 2xx answers: a dead letter's relay evidently did not take them (it
+  // sent the event again), most likely a timeout that fired while its event loop stalled with the answer waiting.
+  // The first failure's time is its arrival at the proxy, before the relay could have recorded it, so the span
+  // measured here is never shorter than the relay's.
+  const unearned: string[] = []
+  const deadRequests: number[] = []
+  const deadSpans: number[] = []
+  for (const row of outbox.filter((one) => one.status === 'dead')) {
+    const seen = run.requestsByEvent.get(row.event_id)
+    const failed = seen?.failedAt.length ?? 0
+    const killed = seen?.killedAt.length ?? 0
+    const answered = seen?.deliveredAt.length ?? 0
+    const firstMs = Math.min(
+      ...(seen?.failedAt ?? []),
+      ...(seen?.killedAt ?? []),
+      ...(seen?.deliveredAt ?? []),
+    )
+    const spanMs = (row.dead_at_ms ?? Number.NEGATIVE_INFINITY) - firstMs
+    deadRequests.push(failed + killed + answered)
+    deadSpans.push(spanMs)
+    if (failed + killed + answered < run.maxAttempts || !(spanMs >= run.horizonMs)) {
+      unearned.push(
+        `${key(row)}#${row.sequence} ${row.event_id}: ${failed} failed requests + ${killed} open at a relay kill + ${answered} answered 2xx yet sent again (maxAttempts ${run.maxAttempts}); dead ${Number.isFinite(spanMs) ? `${Math.round(spanMs)} ms` : 'with no request'} after its first (horizon ${run.horizonMs} ms)`,
+      )
+    }
+  }
+  if (unearned.length > 0) {
+    fail(
+      'relay: an event is dead only if it used its own attempts (maxAttempts requests, the horizon since the first)',
+      `${unearned.length} dead letters gave up early, by the proxy's count`,
+      unearned,
+    )
+  }
+  if (!integrity.ok) {
+    fail(
+      'producer: checkIntegrity finds every lane live',
+      `${integrity.violations.length} broken liveness rules`,
+      integrity.violations.map(
+        (violation) =>
+          `${violation.kind} ${violation.aggregateType}:${violation.aggregateId} — ${violation.detail}`,
+      ),
+    )
+  }
+
   // ---- Subscriber: exactly once, nothing else, in order.
   const appliedById = groupBy(applied, (row) => row.event_id)
   const missing = expectedApplied.filter((row) => !appliedById.has(row.event_id))
@@ -313,7 +418,7 @@ export async function checkInvariants(
       unknown.map((row) => `${row.event_id} tag ${row.tag}`),
     )
   }
-  const unknownSent = [...sentEventIds].filter((eventId) => !outboxById.has(eventId))
+  const unknownSent = [...run.sentEventIds].filter((eventId) => !outboxById.has(eventId))
   if (unknownSent.length > 0) {
     fail(
       'relay: never sent an event the producer did not commit (rolled back)',
@@ -321,9 +426,17 @@ export async function checkInvariants(
       unknownSent,
     )
   }
+  // Under 'retry-after' a dead letter's last request may have been applied with its answer lost (a dropped
+  // answer, a slow subscriber): applied once and in order, that is the at-least-once ambiguity, not a hole.
+  const appliedDead =
+    mode === 'retry-after' ? expectedDead.filter((row) => appliedById.has(row.event_id)) : []
+  const appliedDeadIds = new Set(appliedDead.map((row) => row.event_id))
+  const shouldBeApplied = [...expectedApplied, ...appliedDead].sort(
+    (a, b) => key(a).localeCompare(key(b)) || a.sequence - b.sequence,
+  )
   const notExpected = applied.filter((row) => {
     const source = outboxById.get(row.event_id)
-    return source !== undefined && fate(source) !== 'applied'
+    return source !== undefined && fate(source) !== 'applied' && !appliedDeadIds.has(row.event_id)
   })
   if (notExpected.length > 0) {
     fail(
@@ -346,7 +459,7 @@ export async function checkInvariants(
       mismatched.map((row) => `${row.event_id}: applied ${key(row)}#${row.sequence} ${row.tag}`),
     )
   }
-  const expectedByAggregate = groupBy(expectedApplied, key)
+  const expectedByAggregate = groupBy(shouldBeApplied, key)
   const appliedByAggregate = groupBy(applied, key)
   const disordered: string[] = []
   for (const aggregate of new Set([...expectedByAggregate.keys(), ...appliedByAggregate.keys()])) {
@@ -357,7 +470,7 @@ export async function checkInvariants(
   }
   if (disordered.length > 0) {
     fail(
-      mode === 'poison-skip'
+      mode === 'poison-skip' || mode === 'retry-after'
         ? 'subscriber: per aggregate strictly increasing, gap-free except dead letters'
         : 'subscriber: per aggregate strictly increasing and gap-free',
       `${disordered.length} aggregates applied out of order, with gaps or repeats (in applied_log order)`,
@@ -381,22 +494,25 @@ export async function checkInvariants(
     )
   }
   const processedIds = new Set(processed.map((row) => row.event_id))
-  const expectedIds = new Set(expectedApplied.map((row) => row.event_id))
+  const expectedIds = new Set(shouldBeApplied.map((row) => row.event_id))
   // Under 'skip' a dead-lettered event's lane moves on; a late copy of it (a held request) then reaches the
   // subscriber after later events and is recorded as stale_ignored — recorded, never applied, as designed.
   const deadIds = new Set(expectedDead.map((row) => row.event_id))
-  const staleDead = mode === 'poison-skip' ? processed.filter((row) => deadIds.has(row.event_id)) : []
+  const staleDead =
+    mode === 'poison-skip' || mode === 'retry-after'
+      ? processed.filter((row) => deadIds.has(row.event_id) && !appliedDeadIds.has(row.event_id))
+      : []
   const processedWrong = [
     ...processed
       .filter((row) => !expectedIds.has(row.event_id) && !staleDead.includes(row))
       .map((row) => `${row.event_id} recorded, not expected`),
-    ...expectedApplied
+    ...shouldBeApplied
       .filter((row) => !processedIds.has(row.event_id))
       .map((row) => `${row.event_id} not recorded`),
   ]
   if (processedWrong.length > 0) {
     fail(
-      mode === 'poison-skip'
+      mode === 'poison-skip' || mode === 'retry-after'
         ? 'subscriber: processed_events records the applied events (and at most late copies of dead letters)'
         : 'subscriber: processed_events records exactly the applied events',
       `${processedWrong.length} differences (a stale_ignored event here means it arrived out of order)`,
@@ -418,6 +534,17 @@ export async function checkInvariants(
     )
   }
 
+  const recordedSpans = outbox
+    .filter((row) => row.status === 'dead')
+    .map((row) => row.recorded_span_ms ?? Number.NEGATIVE_INFINITY)
+  // Failed requests only, kills left out, and none that ended the event's requests (a late 2xx judged failed may
+  // have been the one that got through): each counted here the relay surely took as an attempt.
+  const sentFailures = outbox
+    .filter((row) => row.status === 'sent')
+    .map((row) => {
+      const seen = run.requestsByEvent.get(row.event_id)
+      return (seen?.failedAt.length ?? 0) - (seen?.last === 'failed' ? 1 : 0)
+    })
   return {
     violations,
     figures: {
@@ -435,6 +562,17 @@ export async function checkInvariants(
       applied: applied.length,
       processedEvents: processed.length,
       deadRecordedStale: staleDead.length,
+      deadApplied: appliedDead.length,
+      integrityFindings: integrity.findings.length,
+    },
+    ledger: {
+      maxAttempts: run.maxAttempts,
+      horizonMs: run.horizonMs,
+      sentPastMaxAttempts: sentFailures.filter((failures) => failures >= run.maxAttempts).length,
+      mostFailuresBeforeSent: Math.max(0, ...sentFailures),
+      deadFewestRequests: deadRequests.length > 0 ? Math.min(...deadRequests) : null,
+      deadShortestSpanMs: deadSpans.length > 0 ? Math.round(Math.min(...deadSpans)) : null,
+      deadShortestRecordedSpanMs: deadSpans.length > 0 ? Math.round(Math.min(...recordedSpans)) : null,
     },
   }
 }

@@ -11,6 +11,8 @@ export type FaultKind =
   | 'error500'
   /** Answer 503 with a `Retry-After` of 0–1 s, without forwarding. */
   | 'unavailable503'
+  /** Answer 429 with a `Retry-After` of 0–1 s, without forwarding. */
+  | 'throttled429'
   /** Hold the request past the relay's timeout, then forward it anyway: a slow network or subscriber. */
   | 'hold'
   /** Reset the relay's connection (TCP RST) without forwarding. */
@@ -20,6 +22,46 @@ export type FaultKind =
 
 /** Relative weights of the faults while faults are on; `pass` included. */
 export type FaultWeights = Readonly<Record<FaultKind, number>>
+
+/**
+ * Load shedding aimed at single events, on top of the weighted faults: of the events first seen while faults are
+ * on, a share get their first requests answered 429 or 503 with `Retry-After: 0`, and the request after those
+ * passed on — a burst the endpoint sheds, then recovers from. A streak runs to its end even once faults are off:
+ * cut short it would show nothing, and it ends with a pass, so the drain still delivers the event.
+ */
+export interface RetryAfterStreaks {
+  /** Share of events that get a streak. */
+  readonly share: number
+  /** Fewest and most requests a streak answers 429/503 (inclusive). */
+  readonly length: readonly [number, number]
+}
+
+/**
+ * Every request the proxy saw for one event id, judged from its relay's side: the run's own account of the
+ * attempts an event used, independent of the outbox's `attempts` column (which is what is being checked).
+ */
+export interface EventRequests {
+  /**
+   * Arrival times (epoch ms) of requests that cost the relay an attempt: answered other than 2xx or 409, reset,
+   * dropped, held past the relay's timeout, or answered so late that the relay may have given up first.
+   */
+  readonly failedAt: number[]
+  /** Arrival times of requests still open when their relay was SIGKILLed: a takeover may charge each one attempt. */
+  readonly killedAt: number[]
+  /**
+   * Arrival times of requests answered 2xx in time by the proxy's clock. A relay whose event loop stalled may still
+   * have timed out on one (its timer runs before it reads the answer): an attempt the proxy cannot see, except
+   * that the relay then sends the event again.
+   */
+  readonly deliveredAt: number[]
+  /** 409 answers (not an attempt). */
+  conflicts: number
+  /** How the latest request ended. */
+  last: RequestOutcome
+}
+
+/** What one request cost its relay, as far as the proxy can tell. */
+export type RequestOutcome = 'killed' | 'failed' | 'delivered' | 'conflict'
 
 /** How an armed relay kill lands: on the relay's next request, or once that request was applied. */
 export type ArmedKillStyle = 'mid-request' | 'after-apply'
@@ -43,6 +85,10 @@ export interface ProxyFigures {
   /** Subscriber answers that found their relay gone (timed out, killed): work done for nobody, a duplicate later. */
   answersToNobody: number
   armedKills: { midRequest: number; afterApply: number }
+  /** Requests open when their relay was SIGKILLed (see {@link EventRequests.killedAt}). */
+  openAtKills: number
+  /** Events given a streak of `Retry-After` answers (their answers are counted in `faults` too). */
+  retryAfterStreaks: number
   /** Round trips to the subscriber: the slowest, and how many took longer than the relays' timeout. */
   forwardMs: { max: number; overRelayTimeout: number }
 }
@@ -51,8 +97,11 @@ export interface ProxyFigures {
 export interface FaultProxy {
   /** The endpoint relay `index` posts to (one path per relay, so an armed kill finds its relay's request). */
   endpoint(index: number): string
-  /** Turns faults on (with these weights) or off (`null`: everything passes). */
-  setFaults(weights: FaultWeights | null): void
+  /**
+   * Turns faults on (with these weights, and streaks if given) or off (`null`: everything passes, except the rest
+   * of streaks already begun).
+   */
+  setFaults(weights: FaultWeights | null, streaks?: RetryAfterStreaks): void
   /**
    * Arms a kill of relay `index`: `kill` runs on that relay's next request (before it is forwarded) or after the
    * subscriber has answered it (before the relay sees the answer). Resolves true once it ran, false if disarmed.
@@ -60,9 +109,16 @@ export interface FaultProxy {
   armKill(index: number, style: ArmedKillStyle, kill: () => Promise<void>): Promise<boolean>
   /** Cancels an armed kill that has not run. */
   disarm(index: number): void
+  /**
+   * Records that relay `index` is being SIGKILLed: its requests open now count as killed, not failed. Call it in
+   * the same tick as the kill, so no request of the relay can slip in between.
+   */
+  relayKilled(index: number): void
   readonly figures: ProxyFigures
   /** Every event id a relay sent (the `x-idempotency-key` of every request, faulted or not). */
   readonly seenEventIds: ReadonlySet<string>
+  /** What became of every request, by event id (`x-idempotency-key`). */
+  readonly requestsByEvent: ReadonlyMap<string, EventRequests>
   /** Requests being handled right now, held ones included. */
   readonly inFlight: number
   close(): Promise<void>
@@ -90,6 +146,13 @@ const FORWARDED_HEADERS = [
   'webhook-signature',
 ]
 
+/**
+ * An answer later than this share of the relays' timeout counts as failed: the relay's clock started before the
+ * request reached us, so it may have given up while the answer travelled. Erring this way only ever credits an
+ * event with an attempt more, which can hide a broken give-up rule but never invent one.
+ */
+const IN_TIME_SHARE = 0.8
+
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms))
 }
@@ -116,15 +179,26 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     { style: ArmedKillStyle; kill: () => Promise<void>; done: (ran: boolean) => void }
   >()
   let weights: FaultWeights | null = null
+  let streaks: RetryAfterStreaks | undefined
+  /**
+   * Streak answers left per event id, the closing pass included; 0 once an event was seen and drew none (or is
+   * done with its streak).
+   */
+  const streakLeft = new Map<string, number>()
   let inFlight = 0
   const seenEventIds = new Set<string>()
+  const requestsByEvent = new Map<string, EventRequests>()
+  /** Requests being handled, per relay, and whether that relay was killed while they were. */
+  const open = new Map<number, Set<{ killed: boolean }>>()
   const figures: ProxyFigures = {
     requests: 0,
-    faults: { pass: 0, error500: 0, unavailable503: 0, hold: 0, reset: 0, dropResponse: 0 },
+    faults: { pass: 0, error500: 0, unavailable503: 0, throttled429: 0, hold: 0, reset: 0, dropResponse: 0 },
     answers: { applied: 0, duplicate_ignored: 0, stale_ignored: 0, conflict: 0, error: 0, unreachable: 0 },
     lateForwards: 0,
     answersToNobody: 0,
     armedKills: { midRequest: 0, afterApply: 0 },
+    openAtKills: 0,
+    retryAfterStreaks: 0,
     forwardMs: { max: 0, overRelayTimeout: 0 },
   }
 
@@ -189,10 +263,51 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     kill.done(true)
   }
 
+  /** The next answer of the event's streak, drawn when the event is first seen; undefined outside a streak. */
+  function streakFault(eventId: string | string[] | undefined): FaultKind | undefined {
+    if (typeof eventId !== 'string') return undefined
+    let left = streakLeft.get(eventId)
+    if (left === undefined) {
+      if (weights === null || streaks === undefined) return undefined
+      left = random.chance(streaks.share) ? random.int(streaks.length[0], streaks.length[1]) + 1 : 0
+      if (left > 0) figures.retryAfterStreaks += 1
+    }
+    streakLeft.set(eventId, Math.max(0, left - 1))
+    if (left === 0) return undefined
+    // The closing pass: left to the weighted faults, too few streak events would get through in a short run.
+    if (left === 1) return 'pass'
+    return random.chance(0.5) ? 'throttled429' : 'unavailable503'
+  }
+
+  /** What a request cost its relay, judged once the exchange is over. */
+  function judge(res: ServerResponse, killed: boolean, tookMs: number): RequestOutcome {
+    if (killed) return 'killed'
+    if (!res.writableFinished || tookMs > options.relayTimeoutMs * IN_TIME_SHARE) return 'failed'
+    if (res.statusCode >= 200 && res.statusCode < 300) return 'delivered'
+    return res.statusCode === 409 ? 'conflict' : 'failed'
+  }
+
+  function record(eventId: string, outcome: RequestOutcome, arrivedAt: number): void {
+    let entry = requestsByEvent.get(eventId)
+    if (!entry) {
+      entry = { failedAt: [], killedAt: [], deliveredAt: [], conflicts: 0, last: outcome }
+      requestsByEvent.set(eventId, entry)
+    }
+    entry.last = outcome
+    if (outcome === 'killed') entry.killedAt.push(arrivedAt)
+    else if (outcome === 'failed') entry.failedAt.push(arrivedAt)
+    else if (outcome === 'delivered') entry.deliveredAt.push(arrivedAt)
+    else entry.conflicts += 1
+  }
+
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    // Taken first, before the body is read: the earliest this request can be said to have started, so a span
+    // measured from it is never shorter than the relay's own.
+    const arrivedAt = Date.now()
+    const arrived = performance.now()
     const match = /^\/r(\d+)\/hooks$/.exec(req.url ?? '')
-    const body = await readBody(req)
     if (!match) {
+      await readBody(req)
       res.writeHead(404).end()
       return
     }
@@ -200,25 +315,39 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
     figures.requests += 1
     const eventId = req.headers['x-idempotency-key']
     if (typeof eventId === 'string') seenEventIds.add(eventId)
-    const arrived = performance.now()
-    if (options.trace) {
-      res.once('close', () => {
-        options.trace?.(
-          `r${relay} ${eventId} #${req.headers['x-event-sequence']} ${fault ?? '-'} -> ${res.headersSent ? res.statusCode : 'no answer'} after ${Math.round(performance.now() - arrived)} ms${res.writableFinished ? '' : ' (relay gone)'}`,
-        )
-      })
-    }
     let fault: FaultKind | undefined
+    // Open from the moment its headers are in: a relay killed while its body is still arriving left it open too.
+    const mine = { killed: false }
+    const openOfRelay = open.get(relay) ?? new Set()
+    open.set(relay, openOfRelay)
+    openOfRelay.add(mine)
+    res.once('close', () => {
+      openOfRelay.delete(mine)
+      const tookMs = performance.now() - arrived
+      const outcome = judge(res, mine.killed, tookMs)
+      if (typeof eventId === 'string') record(eventId, outcome, arrivedAt)
+      options.trace?.(
+        `r${relay} ${eventId} #${req.headers['x-event-sequence']} ${fault ?? '-'} -> ${res.headersSent ? res.statusCode : 'no answer'} after ${Math.round(tookMs)} ms${res.writableFinished ? '' : ' (relay gone)'}: ${outcome}`,
+      )
+    })
+    const body = await readBody(req)
     // The relay dies while this request is on the wire; the request itself still travels on.
     await takeArmed(relay, 'mid-request')
-    fault = weights === null ? 'pass' : random.weighted(weights)
+    const streak = streakFault(eventId)
+    fault = streak ?? (weights === null ? 'pass' : random.weighted(weights))
+    // A streak says `Retry-After: 0`: every retry then comes at the schedule's first delay, so the event uses its
+    // attempts up within a second or two, far inside the horizon.
+    const retryAfter = () => (streak !== undefined ? '0' : String(random.int(0, 1)))
     figures.faults[fault] += 1
     switch (fault) {
       case 'error500':
         res.writeHead(500, { 'content-type': 'text/plain' }).end('injected failure')
         return
       case 'unavailable503':
-        res.writeHead(503, { 'retry-after': String(random.int(0, 1)) }).end('injected unavailability')
+        res.writeHead(503, { 'retry-after': retryAfter() }).end('injected unavailability')
+        return
+      case 'throttled429':
+        res.writeHead(429, { 'retry-after': retryAfter() }).end('injected throttling')
         return
       case 'reset':
         req.socket.resetAndDestroy()
@@ -282,16 +411,24 @@ export async function startFaultProxy(options: FaultProxyOptions): Promise<Fault
   }
   return {
     endpoint: (index) => `http://127.0.0.1:${port}/r${index}/hooks`,
-    setFaults(next) {
+    setFaults(next, nextStreaks) {
       weights = next
+      streaks = next === null ? undefined : nextStreaks
     },
     armKill(index, style, kill) {
       armed.get(index)?.done(false)
       return new Promise<boolean>((done) => armed.set(index, { style, kill, done }))
     },
     disarm,
+    relayKilled(index) {
+      for (const request of open.get(index) ?? []) {
+        if (!request.killed) figures.openAtKills += 1
+        request.killed = true
+      }
+    },
     figures,
     seenEventIds,
+    requestsByEvent,
     get inFlight() {
       return inFlight
     },

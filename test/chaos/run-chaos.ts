@@ -3,15 +3,27 @@ import { appendFileSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
 import type { SequencePolicy } from '@outbox/consumer'
-import { type OnExhausted, stats } from '@outbox/producer'
+import { type OnExhausted, retryHorizonMs, stats } from '@outbox/producer'
 import { freePort, type RunningPostgres } from '@outbox/test-harness'
 import { type Kysely, sql } from 'kysely'
 import pg from 'pg'
 import { prepareProducerDatabase, prepareSubscriberDatabase } from './chaos-schema.js'
-import { type ChaosMode, checkInvariants, type DatabaseFigures, type Violation } from './check-invariants.js'
+import {
+  type ChaosMode,
+  checkInvariants,
+  type DatabaseFigures,
+  type LedgerFigures,
+  type Violation,
+} from './check-invariants.js'
 import { type ChildHandle, spawnScript } from './child-process.js'
 import { type FaultAction, planFaults } from './fault-plan.js'
-import { type FaultProxy, type FaultWeights, type ProxyFigures, startFaultProxy } from './fault-proxy.js'
+import {
+  type FaultProxy,
+  type FaultWeights,
+  type ProxyFigures,
+  type RetryAfterStreaks,
+  startFaultProxy,
+} from './fault-proxy.js'
 import { openDatabase } from './processes/child-support.js'
 import type { RelayProcessConfig } from './processes/relay-process.js'
 import type { SubscriberProcessConfig } from './processes/subscriber-process.js'
@@ -72,6 +84,8 @@ export interface ChaosRunResult {
   readonly lagMaxMs: { orchestrator: number; relays: number; subscriber: number }
   readonly proxy: ProxyFigures
   readonly faults: FaultFigures
+  /** Attempts and giving up, by the proxy's own account of every request. */
+  readonly ledger: LedgerFigures
 }
 
 /** The mode's knobs: what the relays do when attempts run out, the consumer's policy, the schedule. */
@@ -93,6 +107,8 @@ interface ModeSettings {
    */
   readonly strictOutages: boolean
   readonly faults: FaultWeights
+  /** Share of events whose first `maxAttempts` or `maxAttempts + 1` requests are all answered 429/503. */
+  readonly retryAfterStreakShare: number
 }
 
 const RELAYS = 3
@@ -115,7 +131,16 @@ const MODES: Record<ChaosMode, ModeSettings> = {
     standbys: 'relays and subscriber',
     maxOutageMs: 2000,
     strictOutages: false,
-    faults: { pass: 70, error500: 6, unavailable503: 4, hold: 5, reset: 5, dropResponse: 10 },
+    faults: {
+      pass: 70,
+      error500: 6,
+      unavailable503: 4,
+      throttled429: 0,
+      hold: 5,
+      reset: 5,
+      dropResponse: 10,
+    },
+    retryAfterStreakShare: 0,
   },
   // A finite schedule so poison events die: 8 attempts spread over ≈ 13 s, so an ordinary event would have to fail
   // for 13 s straight to join them; outages stay short and faults rarer for the same reason.
@@ -129,7 +154,8 @@ const MODES: Record<ChaosMode, ModeSettings> = {
     standbys: 'subscriber',
     maxOutageMs: 600,
     strictOutages: true,
-    faults: { pass: 80, error500: 4, unavailable503: 3, hold: 4, reset: 3, dropResponse: 6 },
+    faults: { pass: 80, error500: 4, unavailable503: 3, throttled429: 0, hold: 4, reset: 3, dropResponse: 6 },
+    retryAfterStreakShare: 0,
   },
   'poison-block': {
     onExhausted: 'block',
@@ -141,7 +167,39 @@ const MODES: Record<ChaosMode, ModeSettings> = {
     standbys: 'subscriber',
     maxOutageMs: 600,
     strictOutages: true,
-    faults: { pass: 80, error500: 4, unavailable503: 3, hold: 4, reset: 3, dropResponse: 6 },
+    faults: { pass: 80, error500: 4, unavailable503: 3, throttled429: 0, hold: 4, reset: 3, dropResponse: 6 },
+    retryAfterStreakShare: 0,
+  },
+  // An endpoint that sheds load: four requests in ten answered 429/503 with `Retry-After: 0|1`, besides the usual
+  // faults. Seven attempts (horizon 4.08 s): a `Retry-After` brings retries forward to its doubling floor, so
+  // streaks use up their attempts inside the horizon — a rule that counted attempts alone would kill them.
+  // Ordinary events may die here, when they truly failed for the whole horizon; the proxy's account says whether.
+  // Outages stay short (the subscriber's database is not restarted): what should run out is attempts, not time.
+  'retry-after': {
+    onExhausted: 'skip',
+    sequence: 'monotonic',
+    // A flat tail after the first delay: a Retry-After's floor doubles from the first delay (100, 200, 400, 800 ms,
+    // then the schedule's 1 s), so a streak of Retry-After: 0 uses its 7 attempts in ≈ 3.5 s, inside the 4.08 s
+    // horizon. On a doubling schedule the floor is the schedule itself and nothing is brought forward.
+    retrySchedule: [100, 1000, 1000, 1000, 1000, 1000],
+    repeatLastDelay: 0,
+    poisonShare: 0,
+    workerLoops: 2,
+    standbys: 'subscriber',
+    maxOutageMs: 600,
+    strictOutages: true,
+    faults: {
+      pass: 44,
+      error500: 4,
+      unavailable503: 20,
+      throttled429: 20,
+      hold: 4,
+      reset: 4,
+      dropResponse: 4,
+    },
+    // Left to chance, an event fails maxAttempts times in a row too rarely to count on in a short run: these
+    // events do, mostly well inside the horizon, so every run shows the horizon holding events back.
+    retryAfterStreakShare: 0.2,
   },
 }
 
@@ -247,6 +305,12 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
     appendFileSync(timeline, `${((performance.now() - startedAt) / 1000).toFixed(2)}s ${line}\n`)
   }
 
+  // The relay process appends `repeatLastDelay` copies of the last delay: the relays' real schedule.
+  const schedule = [
+    ...settings.retrySchedule,
+    ...Array<number>(settings.repeatLastDelay).fill(settings.retrySchedule.at(-1) ?? 0),
+  ]
+  const maxAttempts = schedule.length + 1
   const database = `chaos_${mode.replace('-', '_')}`
   const producerUrl = await recreateDatabase(servers.producer, database)
   const subscriberUrl = await recreateDatabase(servers.subscriber, database)
@@ -401,17 +465,23 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
           const target = relays[index]!
           target.up = false
           const victim = target.handle
+          // The proxy hears of it in the same tick as the SIGKILL: the requests the relay leaves open are then
+          // known, and a takeover's charge for them is allowed for when dead letters are checked.
+          const kill = () => {
+            faultProxy.relayKilled(index)
+            return victim.kill()
+          }
           let style = action.style
           if (style !== 'timer') {
             // Lands while the relay has a request out (mid-batch), or right after the subscriber applied it.
-            const armed = faultProxy.armKill(index, style, () => victim.kill())
+            const armed = faultProxy.armKill(index, style, kill)
             const ran = await Promise.race([armed, sleep(3000).then(() => false)])
             if (!ran) {
               faultProxy.disarm(index)
               style = 'timer'
             }
           }
-          await victim.kill()
+          if (!victim.exited) await kill()
           if (style === 'timer') faults.relayKills.timer += 1
           else if (style === 'mid-request') faults.relayKills.midRequest += 1
           else faults.relayKills.afterApply += 1
@@ -459,7 +529,11 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
       }
     }
 
-    faultProxy.setFaults(settings.faults)
+    const streaks: RetryAfterStreaks | undefined =
+      settings.retryAfterStreakShare > 0
+        ? { share: settings.retryAfterStreakShare, length: [maxAttempts, maxAttempts + 1] }
+        : undefined
+    faultProxy.setFaults(settings.faults, streaks)
     note('faults on')
     const faultStart = performance.now()
     let nextProgress = 5000
@@ -549,10 +623,21 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
     await subscriber.handle.terminate(5000)
 
     note('relays and subscriber stopped; checking')
-    const report = await checkInvariants(producerDb, subscriberDb, mode, faultProxy.seenEventIds)
+    const report = await checkInvariants(producerDb, subscriberDb, mode, {
+      sentEventIds: faultProxy.seenEventIds,
+      requestsByEvent: faultProxy.requestsByEvent,
+      maxAttempts,
+      horizonMs: retryHorizonMs(schedule),
+      leaseMs: LEASE_MS,
+    })
     const violations = [...report.violations]
-    if (violations.length > 0 || left !== 0)
+    if (violations.length > 0 || left !== 0) {
       await saveEvidence(producerDb, subscriberDb, options.logDir, mode)
+      writeFileSync(
+        join(options.logDir, `${mode}-requests.json`),
+        JSON.stringify(Object.fromEntries(faultProxy.requestsByEvent), null, 1),
+      )
+    }
     if (left !== 0) {
       violations.unshift({
         invariant: 'drain: everything delivered once the faults stop',
@@ -581,6 +666,7 @@ export async function runChaos(servers: ChaosServers, options: ChaosRunOptions):
       },
       proxy: faultProxy.figures,
       faults,
+      ledger: report.ledger,
       lagMaxMs: {
         orchestrator: Math.round(lag.max / 1e6),
         relays: worstLag(children.filter((child) => child.name.startsWith('relay'))),

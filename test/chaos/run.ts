@@ -9,10 +9,11 @@ import { killAllChildren } from './child-process.js'
 import { formatReport } from './report.js'
 import { type ChaosRunResult, randomSeed, runChaos } from './run-chaos.js'
 
-const USAGE = `usage: pnpm test:chaos [--duration <s>] [--seed <n>] [--mode normal|poison-skip|poison-block|all]
-                       [--poison-duration <s>] [--json <file>] [--keep-logs] [--trace]`
+const USAGE = `usage: pnpm test:chaos [--duration <s>] [--seed <n>]
+                       [--mode normal|poison-skip|poison-block|retry-after|all]
+                       [--poison-duration <s>] [--retry-after-duration <s>] [--json <file>] [--keep-logs] [--trace]`
 
-const ALL_MODES: readonly ChaosMode[] = ['normal', 'poison-skip', 'poison-block']
+const ALL_MODES: readonly ChaosMode[] = ['normal', 'poison-skip', 'poison-block', 'retry-after']
 
 function usage(message: string): never {
   console.error(`${message}\n${USAGE}`)
@@ -34,6 +35,7 @@ const { values } = (() => {
         seed: { type: 'string' },
         mode: { type: 'string' },
         'poison-duration': { type: 'string' },
+        'retry-after-duration': { type: 'string' },
         json: { type: 'string' },
         'keep-logs': { type: 'boolean' },
         trace: { type: 'boolean' },
@@ -52,13 +54,25 @@ const poisonDurationS = positive(
   'poison-duration',
   Math.min(30, Math.max(8, Math.round(durationS / 4))),
 )
+const retryAfterDurationS = positive(
+  values['retry-after-duration'],
+  'retry-after-duration',
+  Math.min(30, Math.max(10, Math.round(durationS / 3))),
+)
 if (values.seed !== undefined && !/^\d{1,9}$/.test(values.seed))
   usage(`--seed must be an integer, got ${values.seed}`)
 const seed = values.seed === undefined ? randomSeed() : Number(values.seed)
 const mode = values.mode ?? 'all'
 if (mode !== 'all' && !ALL_MODES.includes(mode as ChaosMode)) usage(`unknown --mode ${mode}`)
 const modes = mode === 'all' ? ALL_MODES : [mode as ChaosMode]
-const replay = `pnpm test:chaos --duration ${durationS} --seed ${seed}${mode === 'all' ? '' : ` --mode ${mode}`}${values['poison-duration'] ? ` --poison-duration ${poisonDurationS}` : ''}`
+const replay = `pnpm test:chaos --duration ${durationS} --seed ${seed}${mode === 'all' ? '' : ` --mode ${mode}`}${values['poison-duration'] ? ` --poison-duration ${poisonDurationS}` : ''}${values['retry-after-duration'] ? ` --retry-after-duration ${retryAfterDurationS}` : ''}`
+/** Each mode's fault phase: `--duration` is the normal mode's; the finite-schedule modes have their own. */
+const phaseS: Record<ChaosMode, number> = {
+  normal: durationS,
+  'poison-skip': poisonDurationS,
+  'poison-block': poisonDurationS,
+  'retry-after': retryAfterDurationS,
+}
 
 const servers: RunningPostgres[] = []
 const logDir = mkdtempSync(join(tmpdir(), `outbox-chaos-${seed}-`))
@@ -103,7 +117,7 @@ try {
       {
         mode: one,
         seed,
-        durationMs: (one === 'normal' ? durationS : poisonDurationS) * 1000,
+        durationMs: phaseS[one] * 1000,
         logDir,
         log: (line) => console.log(line),
         onSpawn: (pid) => spawnedPids.push(pid),

@@ -79,9 +79,10 @@ BEGIN
 END
 $fn$;
 
--- 0006's claim, with three changes: lanes are claimed only while their heads fit a byte budget, and the rows
+-- 0006's claim, with four changes: lanes are claimed only while their heads fit a byte budget, and the rows
 -- behind the heads are read heads-first within it; a takeover says whether the expired claim had started a request
--- on a watched lane (charged) and watches the lane from now on; each row says how long it has been failing.
+-- on a watched lane (charged) and watches the lane from now on; each row says how long it has been failing; a 409
+-- park ends with the claim that retries it.
 CREATE OR REPLACE FUNCTION ${s}.outbox_claim_lanes(
   p_lanes integer, p_lease_ms bigint, p_scan_rows integer, p_batch integer, p_max_bytes bigint
 ) RETURNS TABLE (
@@ -165,7 +166,11 @@ BEGIN
   ), claimed AS (
     UPDATE ${s}.outbox_lane l
     SET claim_token = gen_random_uuid(), leased_until = now() + p_lease_ms * interval '1 millisecond',
-        watch_starts = f.watch_starts OR f.old_token IS NOT NULL, started_token = NULL
+        watch_starts = f.watch_starts OR f.old_token IS NOT NULL, started_token = NULL,
+        -- A 409 park ends when its lane is claimed again: the lane is being retried, not waiting. Its count stays
+        -- for the next park's delay until a delivery goes through.
+        blocked_reason = CASE WHEN l.blocked_reason = 'conflict' THEN NULL ELSE l.blocked_reason END,
+        blocked_at = CASE WHEN l.blocked_reason = 'conflict' THEN NULL ELSE l.blocked_at END
     FROM fitting f
     WHERE l.aggregate_type = f.aggregate_type AND l.aggregate_id = f.aggregate_id
       AND (f.running <= p_max_bytes OR f.pos = 1)
