@@ -58,4 +58,11 @@ const next = await listDeadLetters(db, { limit: 50, after: page.at(-1)?.cursor }
 const { redriven, notDead } = await redrive(db, { eventIds: page.map((letter) => letter.eventId) })
 await redrive(db, { all: true })
 // #endregion dead-letters
+
+// #region integrity
+import { checkIntegrity, repairIntegrity } from '@outbox/producer'
+
+const report = await checkIntegrity(db, { maxLeaseMs: 60_000 }) // { ok, violations, findings }
+if (!report.ok) await repairIntegrity(db) // lane by lane, like a claim; returns what it did and a fresh check
+// #endregion integrity
 console.log(next.length, redriven, notDead)

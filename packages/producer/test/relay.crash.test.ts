@@ -2,9 +2,14 @@ import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { afterEach, describe, expect, it } from 'vitest'
 import { stats } from '../src/index.js'
 import { type RelayProcess, spawnRelay } from './relay-process.js'
-import { deferred, seedEvents, waitFor } from './support.js'
+import { deferred, expectLanesLive, seedEvents, waitFor } from './support.js'
 
 const t = useTestDatabase()
+
+// Whatever a test did, every lane it leaves can still move.
+afterEach(async () => {
+  await expectLanesLive(t.db)
+})
 const processes: RelayProcess[] = []
 
 afterEach(async () => {

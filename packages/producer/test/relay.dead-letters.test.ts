@@ -1,9 +1,14 @@
 import { startSink, useTestDatabase } from '@outbox/test-harness'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it } from 'vitest'
 import { listDeadLetters, Relay, redrive, silentLogger, stats } from '../src/index.js'
-import { seedEvents, waitFor } from './support.js'
+import { expectLanesLive, seedEvents, waitFor } from './support.js'
 
 const t = useTestDatabase()
+
+// Whatever a test did, every lane it leaves can still move.
+afterEach(async () => {
+  await expectLanesLive(t.db)
+})
 
 /** A sink that refuses the events whose ids are in `poison`, and records the rest. */
 async function poisonSink(poison: Set<string>) {

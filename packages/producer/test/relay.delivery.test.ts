@@ -1,11 +1,16 @@
 import { HEADERS } from '@outbox/protocol'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { Webhook } from 'standardwebhooks'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it } from 'vitest'
 import { enqueue, enqueueMany, Relay, silentLogger, stats } from '../src/index.js'
-import { waitFor } from './support.js'
+import { expectLanesLive, waitFor } from './support.js'
 
 const t = useTestDatabase()
+
+// Whatever a test did, every lane it leaves can still move.
+afterEach(async () => {
+  await expectLanesLive(t.db)
+})
 
 describe('relay delivery', () => {
   it('delivers the wire contract, marks sent after 2xx, and records the consumer status', async () => {

@@ -1,10 +1,15 @@
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it } from 'vitest'
 import { Relay, silentLogger, stats } from '../src/index.js'
-import { seedEvents, waitFor } from './support.js'
+import { expectLanesLive, seedEvents, waitFor } from './support.js'
 
 const t = useTestDatabase()
+
+// Whatever a test did, every lane it leaves can still move.
+afterEach(async () => {
+  await expectLanesLive(t.db)
+})
 
 async function head(id: string) {
   return await t.db

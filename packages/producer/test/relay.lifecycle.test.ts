@@ -1,10 +1,15 @@
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it } from 'vitest'
 import { Relay, silentLogger } from '../src/index.js'
-import { seedEvents, waitFor, waitForLockWaiters } from './support.js'
+import { expectLanesLive, seedEvents, waitFor, waitForLockWaiters } from './support.js'
 
 const t = useTestDatabase()
+
+// Whatever a test did, every lane it leaves can still move.
+afterEach(async () => {
+  await expectLanesLive(t.db)
+})
 
 describe('relay lifecycle', () => {
   it("after stop(), a second relay delivers the stopped relay's remaining lane events in under a second", async () => {
@@ -159,12 +164,16 @@ describe('relay lifecycle', () => {
         async () => (await versions()).every((version, n) => version !== before[n]),
         'the late claim to run',
       )
-      await waitFor(async () => {
-        const { rows } = await sql<{ leased: string }>`
+      await waitFor(
+        async () => {
+          const { rows } = await sql<{ leased: string }>`
           SELECT count(*) FILTER (WHERE claim_token IS NOT NULL) AS leased FROM outbox_lane
           WHERE aggregate_id LIKE 'late-%'`.execute(t.db)
-        return Number(rows[0]!.leased) === 0
-      }, 'the late claim to be handed back', 3000)
+          return Number(rows[0]!.leased) === 0
+        },
+        'the late claim to be handed back',
+        3000,
+      )
       expect(sink.requests).toHaveLength(0)
     } finally {
       await holder

@@ -2,11 +2,16 @@ import { createServer, type Socket } from 'node:net'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import pg from 'pg'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it } from 'vitest'
 import { enqueue, Relay, silentLogger } from '../src/index.js'
-import { deferred, waitFor } from './support.js'
+import { deferred, expectLanesLive, waitFor } from './support.js'
 
 const t = useTestDatabase()
+
+// Whatever a test did, every lane it leaves can still move.
+afterEach(async () => {
+  await expectLanesLive(t.db)
+})
 
 async function enqueueOne(id: string): Promise<number> {
   await t.db

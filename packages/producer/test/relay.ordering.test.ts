@@ -1,10 +1,15 @@
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it } from 'vitest'
 import { Relay, silentLogger } from '../src/index.js'
-import { FAST_SCHEDULE, seedEvents, waitFor } from './support.js'
+import { expectLanesLive, FAST_SCHEDULE, seedEvents, waitFor } from './support.js'
 
 const t = useTestDatabase()
+
+// Whatever a test did, every lane it leaves can still move.
+afterEach(async () => {
+  await expectLanesLive(t.db)
+})
 
 describe('relay ordering', () => {
   it('a lane stops at its first failure: sequence 3 is never sent before sequence 2 succeeded', async () => {

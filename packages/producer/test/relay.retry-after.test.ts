@@ -1,6 +1,6 @@
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
-import { beforeEach, describe, expect, it } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import {
   listDeadLetters,
   Relay,
@@ -9,9 +9,14 @@ import {
   silentLogger,
   stats,
 } from '../src/index.js'
-import { seedEvents, waitFor } from './support.js'
+import { expectLanesLive, seedEvents, waitFor } from './support.js'
 
 const t = useTestDatabase()
+
+// Whatever a test did, every lane it leaves can still move.
+afterEach(async () => {
+  await expectLanesLive(t.db)
+})
 
 // A first retry after 50 ms, then long ones: 4 attempts, and a horizon of 0.8 × 4.05 s = 3.24 s. An endpoint saying
 // `Retry-After: 0` is tried again after the floor (the first delay, 50 ms), so its attempts run out long before the

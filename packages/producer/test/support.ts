@@ -1,5 +1,5 @@
 import { type Kysely, sql } from 'kysely'
-import { enqueue } from '../src/index.js'
+import { checkIntegrity, enqueue } from '../src/index.js'
 
 /** Enqueues `count` events for each aggregate id, each in its own transaction, in round-robin order. */
 export async function seedEvents(
@@ -75,4 +75,10 @@ export async function laneRows(db: Kysely<any>, aggregateId: string, aggregateTy
     SELECT sequence, status, available_at = 'infinity' AS at_infinity FROM outbox
     WHERE aggregate_type = ${aggregateType} AND aggregate_id = ${aggregateId} ORDER BY sequence`.execute(db)
   return rows.map((row) => [Number(row.sequence), row.status, row.at_infinity] as const)
+}
+
+/** Asserts every liveness rule holds: no lane of this outbox can be left unable to move. */
+export async function expectLanesLive(db: Kysely<any>): Promise<void> {
+  const { violations } = await checkIntegrity(db)
+  if (violations.length > 0) throw new Error(`checkIntegrity: ${JSON.stringify(violations)}`)
 }

@@ -1,4 +1,4 @@
-import { stats } from '@outbox/producer'
+import { checkIntegrity, stats } from '@outbox/producer'
 import { type Kysely, sql } from 'kysely'
 import type { OrdersDatabase } from '../orders-service.js'
 import type { SubscriberDatabase } from '../subscriber.js'
@@ -37,6 +37,8 @@ export interface Summary {
   readonly appliedTwice: number
   /** Orders whose status at the subscriber is not the orders service's. */
   readonly copiesDiffering: number
+  /** Lanes that break a liveness rule (`checkIntegrity`): an aggregate that could never move again. */
+  readonly stuckLanes: number
   /** Milliseconds from the producer's COMMIT returning to the subscriber writing the change. */
   readonly latencyP50Ms: number | undefined
   readonly latencyP99Ms: number | undefined
@@ -72,6 +74,7 @@ export async function summarize(input: SummaryInput): Promise<Summary> {
   const { ordersDb, subscriberDb } = input
   const created = await ordersDb.selectFrom('outbox').select('event_id').execute()
   const { dead } = await stats(ordersDb)
+  const integrity = await checkIntegrity(ordersDb)
   const orders = await ordersDb.selectFrom('orders').select(['id', 'status']).execute()
   const timeline = await subscriberDb
     .selectFrom('order_timeline')
@@ -127,6 +130,7 @@ export async function summarize(input: SummaryInput): Promise<Summary> {
     outOfOrder,
     appliedTwice,
     copiesDiffering,
+    stuckLanes: new Set(integrity.violations.map((v) => `${v.aggregateType}:${v.aggregateId}`)).size,
     latencyP50Ms: percentile(latencies, 50),
     latencyP99Ms: percentile(latencies, 99),
     seconds: input.seconds,
@@ -153,6 +157,7 @@ export function formatSummary(summary: Summary): string {
     ['out of order', count(summary.outOfOrder), 'applied after a later event of its order'],
     ['applied twice', count(summary.appliedTwice), ''],
     ['copies differing', count(summary.copiesDiffering), "subscriber's status ≠ orders service's"],
+    ['stuck lanes', count(summary.stuckLanes), 'orders that could never move again (checkIntegrity)'],
     ['latency p50', ms(summary.latencyP50Ms), "producer's COMMIT → subscriber's apply"],
     ['latency p99', ms(summary.latencyP99Ms), ''],
     ['wall time', `${summary.seconds.toFixed(1)} s`, 'from the first order to the last delivery'],
@@ -180,6 +185,8 @@ export function failures(summary: Summary): string[] {
   if (summary.appliedTwice > 0) reasons.push(`${count(summary.appliedTwice)} event(s) were applied twice`)
   if (summary.copiesDiffering > 0)
     reasons.push(`${count(summary.copiesDiffering)} order(s) differ between the two services`)
+  if (summary.stuckLanes > 0)
+    reasons.push(`${count(summary.stuckLanes)} order(s) break a liveness rule: run outbox doctor on the orders database`)
   if (summary.clientErrors > 0)
     reasons.push(`the orders service refused ${count(summary.clientErrors)} request(s)`)
   return reasons
