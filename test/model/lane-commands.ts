@@ -1,0 +1,121 @@
+import fc from 'fast-check'
+import type { LaneSystem, SystemConfig } from './lane-system.js'
+import type { Answer } from './model-sink.js'
+
+/** The model's own state: empty, since every command applies to any state (a command with nothing to act on does nothing). */
+export type LaneModel = Record<string, never>
+
+type Command = fc.AsyncCommand<LaneModel, LaneSystem>
+
+/** OUTBOX_MODEL_TRACE=1 prints each command with its duration, to see where a run spends its time. */
+const trace = process.env.OUTBOX_MODEL_TRACE === '1'
+
+/** A command that acts on the system, then checks every liveness invariant. */
+function command(label: string, act: (system: LaneSystem) => Promise<void>): Command {
+  return {
+    check: () => true,
+    async run(_model, system) {
+      const started = performance.now()
+      try {
+        await act(system)
+        await system.checkInvariants()
+      } finally {
+        if (trace) process.stderr.write(`  ${label} ${Math.round(performance.now() - started)} ms\n`)
+      }
+    },
+    toString: () => label,
+  }
+}
+
+const answers: fc.Arbitrary<Answer> = fc.oneof(
+  { arbitrary: fc.constant<Answer>('ok'), weight: 6 },
+  { arbitrary: fc.constant<Answer>('ok-then-cut'), weight: 1 },
+  { arbitrary: fc.constant<Answer>('409'), weight: 1 },
+  { arbitrary: fc.constant<Answer>('500'), weight: 2 },
+  {
+    arbitrary: fc.record({
+      status: fc.constantFrom(429 as const, 503 as const),
+      retryAfterSeconds: fc.constantFrom(0, 1, 2),
+    }),
+    weight: 2,
+  },
+  { arbitrary: fc.constant<Answer>('cut'), weight: 1 },
+)
+
+/** Durations the model moves time by: under and over the request timeout, the lease, the retries and 409 parks. */
+const steps = fc.constantFrom(500, 5_000, 10_500, 61_000, 300_000, 3_600_000)
+
+/** Every command the model draws from, weighted by how often a run should meet it. */
+export const laneCommands: fc.Arbitrary<Command>[] = [
+  ...Array.from({ length: 4 }, () =>
+    fc
+      .record({
+        aggregate: fc.nat(2),
+        end: fc.constantFrom('commit', 'commit', 'commit', 'rollback', 'hold'),
+      })
+      .map(({ aggregate, end }) =>
+        command(`enqueue(a${aggregate}, ${end})`, (system) =>
+          system.enqueue(aggregate % system.config.aggregates, end as 'commit' | 'rollback' | 'hold'),
+        ),
+      ),
+  ),
+  fc
+    .record({ pick: fc.nat(4), end: fc.constantFrom('commit', 'commit', 'rollback') })
+    .map(({ pick, end }) =>
+      command(`finish(${pick}, ${end})`, (system) => system.finish(pick, end as 'commit')),
+    ),
+  ...Array.from({ length: 5 }, () =>
+    fc
+      .record({ relay: fc.nat(2), flush: fc.constantFrom(true, true, true, false) })
+      .map(({ relay, flush }) =>
+        command(`step(r${relay}${flush ? '' : ', marks left buffered'})`, (system) =>
+          system.step(relay % system.config.relays.length, flush),
+        ),
+      ),
+  ),
+  ...Array.from({ length: 6 }, () =>
+    fc
+      .record({ pick: fc.nat(4), answer: answers })
+      .map(({ pick, answer }) =>
+        command(`answer(${pick}, ${JSON.stringify(answer)})`, (system) => system.answer(pick, answer)),
+      ),
+  ),
+  ...Array.from({ length: 3 }, () =>
+    steps.map((ms) => command(`advance(${ms} ms)`, (system) => system.advance(ms))),
+  ),
+  fc
+    .nat(2)
+    .map((relay) =>
+      command(`crash(r${relay})`, (system) => system.crash(relay % system.config.relays.length)),
+    ),
+  fc
+    .nat(2)
+    .map((relay) => command(`stop(r${relay})`, (system) => system.stop(relay % system.config.relays.length))),
+  fc
+    .record({ pick: fc.oneof(fc.constant<'all'>('all'), fc.nat(3)), hold: fc.boolean() })
+    .map(({ pick, hold }) =>
+      command(`redrive(${pick}${hold ? ', held open' : ''})`, (system) => system.redrive(pick, hold)),
+    ),
+  fc
+    .record({ retention: fc.constantFrom(0, 60_000), deadLetters: fc.constantFrom(0, 60_000, 86_400_000) })
+    .map(({ retention, deadLetters }) =>
+      command(`prune(${retention} ms, dead ${deadLetters} ms)`, (system) =>
+        system.prune(retention, deadLetters),
+      ),
+    ),
+]
+
+/** The shape of a run: 1–3 relays (mixed 'skip'/'block' fleets too), 2–3 aggregates, 2–3 attempts. */
+export const systemConfigs: fc.Arbitrary<SystemConfig> = fc.record({
+  relays: fc.array(
+    fc.record({
+      concurrency: fc.integer({ min: 1, max: 2 }),
+      onExhausted: fc.constantFrom('skip' as const, 'block' as const),
+    }),
+    { minLength: 1, maxLength: 3 },
+  ),
+  aggregates: fc.integer({ min: 2, max: 3 }),
+  retrySchedule: fc.constantFrom([5_000], [5_000], [5_000, 300_000]),
+  batchSize: fc.integer({ min: 1, max: 3 }),
+  seed: fc.integer(),
+})
