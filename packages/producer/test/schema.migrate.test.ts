@@ -154,6 +154,43 @@ describe('migrate', () => {
     expect(result.sequence).toBe(1)
   })
 
+  it('every writer on a schema left at migration 0006 says to migrate, and works once it is', async () => {
+    await migrate(t.db, { schema: 'tenant_0006' })
+    // As the release before 0007 left it: no payload sizes, no takeover watch, no seven-argument enqueue or
+    // five-argument claim.
+    await sql`DROP FUNCTION tenant_0006.outbox_enqueue(uuid, text, text, text, jsonb, integer, text)`.execute(
+      t.db,
+    )
+    await sql`DROP FUNCTION tenant_0006.outbox_claim_lanes(integer, bigint, integer, integer, bigint)`.execute(
+      t.db,
+    )
+    await sql`ALTER TABLE tenant_0006.outbox DROP COLUMN first_failed_at, DROP COLUMN payload_bytes`.execute(
+      t.db,
+    )
+    await sql`ALTER TABLE tenant_0006.outbox_lane DROP COLUMN watch_starts, DROP COLUMN started_token`.execute(
+      t.db,
+    )
+    await sql`DELETE FROM tenant_0006.outbox_producer_migration WHERE name >= '0007'`.execute(t.db)
+    const event = { aggregateType: 'order', aggregateId: '1', eventType: 'order.created', payload: {} }
+    const outdated = {
+      code: 'ERR_OUTBOX_SCHEMA_OUTDATED',
+      message: expect.stringContaining('outbox migrate'),
+    }
+    await expect(
+      t.db.transaction().execute((trx) => enqueue(trx, event, { schema: 'tenant_0006' })),
+    ).rejects.toMatchObject(outdated)
+    await expect(
+      t.db.transaction().execute((trx) => enqueueMany(trx, [event], { schema: 'tenant_0006' })),
+    ).rejects.toMatchObject(outdated)
+    const relay = new Relay({ db: t.db, schema: 'tenant_0006', endpoint: 'http://127.0.0.1:9/hooks' })
+    await expect(relay.runOnce()).rejects.toMatchObject(outdated)
+    await migrate(t.db, { schema: 'tenant_0006' })
+    const [enqueued] = await t.db
+      .transaction()
+      .execute((trx) => enqueueMany(trx, [event], { schema: 'tenant_0006' }))
+    expect(enqueued!.sequence).toBe(1)
+  })
+
   it('a relay on a schema not yet migrated to this version says to migrate, and claims once it is', async () => {
     await migrate(t.db, { schema: 'tenant_stale_relay' })
     await dropFunction(t.db, 'tenant_stale_relay', 'outbox_claim_lanes')
