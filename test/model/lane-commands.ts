@@ -28,10 +28,10 @@ function command(label: string, act: (system: LaneSystem) => Promise<void>): Com
 }
 
 const answers: fc.Arbitrary<Answer> = fc.oneof(
-  { arbitrary: fc.constant<Answer>('ok'), weight: 6 },
+  { arbitrary: fc.constant<Answer>('ok'), weight: 4 },
   { arbitrary: fc.constant<Answer>('ok-then-cut'), weight: 1 },
   { arbitrary: fc.constant<Answer>('409'), weight: 1 },
-  { arbitrary: fc.constant<Answer>('500'), weight: 2 },
+  { arbitrary: fc.constant<Answer>('500'), weight: 3 },
   {
     arbitrary: fc.record({
       status: fc.constantFrom(429 as const, 503 as const),
@@ -43,66 +43,79 @@ const answers: fc.Arbitrary<Answer> = fc.oneof(
 )
 
 /** Durations the model moves time by: under and over the request timeout, the lease, the retries and 409 parks. */
-const steps = fc.constantFrom(500, 5_000, 10_500, 61_000, 300_000, 3_600_000)
+const steps = fc.constantFrom(500, 5_000, 5_000, 10_500, 61_000, 300_000, 3_600_000)
 
-/** Every command the model draws from, weighted by how often a run should meet it. */
+/** `count` copies of an arbitrary: fc.commands draws each entry alike, so copies weight a command. */
+function times(count: number, arbitrary: fc.Arbitrary<Command>): fc.Arbitrary<Command>[] {
+  return Array.from({ length: count }, () => arbitrary)
+}
+
+const enqueues = fc
+  .record({ aggregate: fc.nat(2), end: fc.constantFrom('commit', 'commit', 'commit', 'rollback', 'hold') })
+  .map(({ aggregate, end }) =>
+    command(`enqueue(a${aggregate}, ${end})`, (system) =>
+      system.enqueue(aggregate % system.config.aggregates, end as 'commit' | 'rollback' | 'hold'),
+    ),
+  )
+
+const finishes = fc
+  .record({ pick: fc.nat(4), end: fc.constantFrom('commit', 'commit', 'rollback') })
+  .map(({ pick, end }) =>
+    command(`finish(${pick}, ${end})`, (system) => system.finish(pick, end as 'commit')),
+  )
+
+const relaySteps = fc
+  .record({ relay: fc.nat(2), flush: fc.constantFrom(true, true, true, false) })
+  .map(({ relay, flush }) =>
+    command(`step(r${relay}${flush ? '' : ', marks left buffered'})`, (system) =>
+      system.step(relay % system.config.relays.length, flush),
+    ),
+  )
+
+const subscriberAnswers = fc
+  .record({ pick: fc.nat(4), answer: answers })
+  .map(({ pick, answer }) =>
+    command(`answer(${pick}, ${JSON.stringify(answer)})`, (system) => system.answer(pick, answer)),
+  )
+
+const advances = steps.map((ms) => command(`advance(${ms} ms)`, (system) => system.advance(ms)))
+
+const crashes = fc
+  .nat(2)
+  .map((relay) => command(`crash(r${relay})`, (system) => system.crash(relay % system.config.relays.length)))
+
+const stops = fc
+  .nat(2)
+  .map((relay) => command(`stop(r${relay})`, (system) => system.stop(relay % system.config.relays.length)))
+
+const redrives = fc
+  .record({ pick: fc.oneof(fc.constant<'all'>('all'), fc.nat(3)), hold: fc.boolean() })
+  .map(({ pick, hold }) =>
+    command(`redrive(${pick}${hold ? ', held open' : ''})`, (system) => system.redrive(pick, hold)),
+  )
+
+const prunes = fc
+  .record({ retention: fc.constantFrom(0, 60_000), deadLetters: fc.constantFrom(0, 60_000, 86_400_000) })
+  .map(({ retention, deadLetters }) =>
+    command(`prune(${retention} ms, dead ${deadLetters} ms)`, (system) =>
+      system.prune(retention, deadLetters),
+    ),
+  )
+
+/**
+ * Every command the model draws from, weighted so a run of 60 commands often meets dead letters (failing answers
+ * and time enough for backoffs), and then redrives and prunes that race them.
+ */
 export const laneCommands: fc.Arbitrary<Command>[] = [
-  ...Array.from({ length: 4 }, () =>
-    fc
-      .record({
-        aggregate: fc.nat(2),
-        end: fc.constantFrom('commit', 'commit', 'commit', 'rollback', 'hold'),
-      })
-      .map(({ aggregate, end }) =>
-        command(`enqueue(a${aggregate}, ${end})`, (system) =>
-          system.enqueue(aggregate % system.config.aggregates, end as 'commit' | 'rollback' | 'hold'),
-        ),
-      ),
-  ),
-  fc
-    .record({ pick: fc.nat(4), end: fc.constantFrom('commit', 'commit', 'rollback') })
-    .map(({ pick, end }) =>
-      command(`finish(${pick}, ${end})`, (system) => system.finish(pick, end as 'commit')),
-    ),
-  ...Array.from({ length: 5 }, () =>
-    fc
-      .record({ relay: fc.nat(2), flush: fc.constantFrom(true, true, true, false) })
-      .map(({ relay, flush }) =>
-        command(`step(r${relay}${flush ? '' : ', marks left buffered'})`, (system) =>
-          system.step(relay % system.config.relays.length, flush),
-        ),
-      ),
-  ),
-  ...Array.from({ length: 6 }, () =>
-    fc
-      .record({ pick: fc.nat(4), answer: answers })
-      .map(({ pick, answer }) =>
-        command(`answer(${pick}, ${JSON.stringify(answer)})`, (system) => system.answer(pick, answer)),
-      ),
-  ),
-  ...Array.from({ length: 3 }, () =>
-    steps.map((ms) => command(`advance(${ms} ms)`, (system) => system.advance(ms))),
-  ),
-  fc
-    .nat(2)
-    .map((relay) =>
-      command(`crash(r${relay})`, (system) => system.crash(relay % system.config.relays.length)),
-    ),
-  fc
-    .nat(2)
-    .map((relay) => command(`stop(r${relay})`, (system) => system.stop(relay % system.config.relays.length))),
-  fc
-    .record({ pick: fc.oneof(fc.constant<'all'>('all'), fc.nat(3)), hold: fc.boolean() })
-    .map(({ pick, hold }) =>
-      command(`redrive(${pick}${hold ? ', held open' : ''})`, (system) => system.redrive(pick, hold)),
-    ),
-  fc
-    .record({ retention: fc.constantFrom(0, 60_000), deadLetters: fc.constantFrom(0, 60_000, 86_400_000) })
-    .map(({ retention, deadLetters }) =>
-      command(`prune(${retention} ms, dead ${deadLetters} ms)`, (system) =>
-        system.prune(retention, deadLetters),
-      ),
-    ),
+  ...times(4, enqueues),
+  ...times(2, finishes),
+  ...times(5, relaySteps),
+  ...times(6, subscriberAnswers),
+  ...times(3, advances),
+  crashes,
+  stops,
+  ...times(2, redrives),
+  ...times(2, prunes),
 ]
 
 /** The shape of a run: 1–3 relays (mixed 'skip'/'block' fleets too), 2–3 aggregates, 2–3 attempts. */
