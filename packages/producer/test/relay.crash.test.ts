@@ -1,6 +1,6 @@
-import { startSink, useTestDatabase } from '@outbox/test-harness'
+import { type SinkRequest, startSink, useTestDatabase } from '@outbox/test-harness'
 import { afterEach, describe, expect, it } from 'vitest'
-import { stats } from '../src/index.js'
+import { type RelayOptions, stats } from '../src/index.js'
 import { type RelayProcess, spawnRelay } from './relay-process.js'
 import { deferred, expectLanesLive, seedEvents, waitFor } from './support.js'
 
@@ -15,6 +15,48 @@ const processes: RelayProcess[] = []
 afterEach(async () => {
   await Promise.all(processes.splice(0).map((relay) => relay.kill()))
 })
+
+/**
+ * A sink whose poison requests kill the relay that sent them, and a supervisor that starts a new relay process each
+ * time one dies — until `done` holds. Returns how many relays the poison killed.
+ */
+async function superviseThroughPoison(
+  isPoison: (request: SinkRequest) => boolean,
+  options: Omit<RelayOptions, 'db' | 'endpoint'>,
+  done: () => Promise<boolean>,
+  what: string,
+): Promise<number> {
+  let current: RelayProcess | undefined
+  let kills = 0
+  let started = deferred()
+  const sink = await startSink(async (request) => {
+    await started.promise
+    if (!isPoison(request)) return { status: 200, body: { status: 'applied' } }
+    kills += 1
+    await current?.kill()
+    return 'hang'
+  })
+  const spawnOne = async () => {
+    started = deferred()
+    current = await spawnRelay(t.url, { ...options, endpoint: sink.url })
+    processes.push(current)
+    started.resolve()
+  }
+  try {
+    await spawnOne()
+    await waitFor(
+      async () => {
+        if (current?.child.exitCode !== null || current?.child.signalCode !== null) await spawnOne()
+        return await done()
+      },
+      what,
+      40_000,
+    )
+    return kills
+  } finally {
+    await sink.close()
+  }
+}
 
 describe('relay crashes (real processes, SIGKILL)', () => {
   it('a crash between the POST and its mark-sent gives a duplicate with the same event id, never a loss', async () => {
@@ -59,62 +101,31 @@ describe('relay crashes (real processes, SIGKILL)', () => {
     timeout: 60_000,
   }, async () => {
     await seedEvents(t.db, ['poison'], 2)
-    const options = {
-      endpoint: '',
-      leaseMs: 600,
-      requestTimeoutMs: 200,
-      pollIntervalMs: 20,
-      retrySchedule: [5, 5],
-    }
-    let current: RelayProcess | undefined
-    let kills = 0
-    let started = deferred()
-    const sink = await startSink(async (request) => {
-      await started.promise
-      if (request.json.sequence === 1) {
-        kills += 1
-        await current?.kill()
-        return 'hang'
-      }
-      return { status: 200, body: { status: 'applied' } }
-    })
-    try {
-      const spawnOne = async () => {
-        started = deferred()
-        current = await spawnRelay(t.url, { ...options, endpoint: sink.url })
-        processes.push(current)
-        started.resolve()
-      }
-      await spawnOne()
-      // Each time the poison head kills its relay, start another one, as a supervisor would.
-      await waitFor(
-        async () => {
-          if (current?.child.exitCode !== null || current?.child.signalCode !== null) await spawnOne()
-          return (await stats(t.db)).dead === 1
-        },
-        'the poison event to be dead-lettered',
-        40_000,
-      )
-      await waitFor(async () => (await stats(t.db)).pending === 0, 'the rest of the lane')
-      const rows = await t.db
-        .selectFrom('outbox')
-        .selectAll()
-        .where('aggregate_id', '=', 'poison')
-        .orderBy('sequence')
-        .execute()
-      expect(rows.map((row) => [Number(row.sequence), row.status])).toEqual([
-        [1, 'dead'],
-        [2, 'sent'],
-      ])
-      // maxAttempts = retrySchedule.length + 1 = 3, each counted at a takeover that found its request under way.
-      // The first takeover is free: the lane was not watched yet, so nothing said its request had started (a lane
-      // only claimed ahead by the dead relay looks the same); from then on every owner records its start.
-      expect(rows[0]!.attempts).toBe(3)
-      expect(kills).toBe(4)
-      expect(rows[0]!.last_error).toMatch(/request was under way/)
-    } finally {
-      await sink.close()
-    }
+    const kills = await superviseThroughPoison(
+      (request) => request.json.sequence === 1,
+      { leaseMs: 600, requestTimeoutMs: 200, pollIntervalMs: 20, retrySchedule: [5, 5] },
+      async () => {
+        const { dead, pending } = await stats(t.db)
+        return dead === 1 && pending === 0
+      },
+      'the poison event to be dead-lettered and the rest of its lane delivered',
+    )
+    const rows = await t.db
+      .selectFrom('outbox')
+      .selectAll()
+      .where('aggregate_id', '=', 'poison')
+      .orderBy('sequence')
+      .execute()
+    expect(rows.map((row) => [Number(row.sequence), row.status])).toEqual([
+      [1, 'dead'],
+      [2, 'sent'],
+    ])
+    // maxAttempts = retrySchedule.length + 1 = 3, each counted at a takeover that found its request under way.
+    // The first takeover is free: the lane was not watched yet, so nothing said its request had started (a lane
+    // only claimed ahead by the dead relay looks the same); from then on every owner records its start.
+    expect(rows[0]!.attempts).toBe(3)
+    expect(kills).toBe(4)
+    expect(rows[0]!.last_error).toMatch(/request was under way/)
   })
 
   it('lanes only claimed ahead by a relay that died are handed over free: innocent events are never charged for a poison one', {
@@ -125,54 +136,22 @@ describe('relay crashes (real processes, SIGKILL)', () => {
     await seedEvents(t.db, ['killer'], 1)
     const innocents = Array.from({ length: 6 }, (_, n) => `innocent-${n}`)
     await seedEvents(t.db, innocents, 1)
-    let current: RelayProcess | undefined
-    let kills = 0
-    let started = deferred()
-    const sink = await startSink(async (request) => {
-      await started.promise
-      if (request.json.aggregate_id === 'killer') {
-        kills += 1
-        await current?.kill()
-        return 'hang'
-      }
-      return { status: 200, body: { status: 'applied' } }
-    })
-    try {
-      const spawnOne = async () => {
-        started = deferred()
-        current = await spawnRelay(t.url, {
-          endpoint: sink.url,
-          concurrency: 1,
-          leaseMs: 600,
-          requestTimeoutMs: 200,
-          pollIntervalMs: 20,
-          retrySchedule: [5, 5],
-        })
-        processes.push(current)
-        started.resolve()
-      }
-      await spawnOne()
-      await waitFor(
-        async () => {
-          if (current?.child.exitCode !== null || current?.child.signalCode !== null) await spawnOne()
-          return (await stats(t.db)).pending === 0
-        },
-        'the poison to be dead-lettered and every innocent event delivered',
-        40_000,
-      )
-      const rows = await t.db
-        .selectFrom('outbox')
-        .selectAll()
-        .where('aggregate_id', 'in', ['killer', ...innocents])
-        .orderBy('aggregate_id')
-        .execute()
-      expect(rows.filter((row) => row.status === 'dead').map((row) => row.aggregate_id)).toEqual(['killer'])
-      const innocentRows = rows.filter((row) => row.aggregate_id !== 'killer')
-      // Each innocent event was sent once and charged nothing: its only attempt is the one that succeeded.
-      expect(innocentRows.map((row) => [row.status, row.attempts])).toEqual(innocents.map(() => ['sent', 1]))
-      expect(kills).toBe(4)
-    } finally {
-      await sink.close()
-    }
+    const kills = await superviseThroughPoison(
+      (request) => request.json.aggregate_id === 'killer',
+      { concurrency: 1, leaseMs: 600, requestTimeoutMs: 200, pollIntervalMs: 20, retrySchedule: [5, 5] },
+      async () => (await stats(t.db)).pending === 0,
+      'the poison to be dead-lettered and every innocent event delivered',
+    )
+    const rows = await t.db
+      .selectFrom('outbox')
+      .selectAll()
+      .where('aggregate_id', 'in', ['killer', ...innocents])
+      .orderBy('aggregate_id')
+      .execute()
+    expect(rows.filter((row) => row.status === 'dead').map((row) => row.aggregate_id)).toEqual(['killer'])
+    const innocentRows = rows.filter((row) => row.aggregate_id !== 'killer')
+    // Each innocent event was sent once and charged nothing: its only attempt is the one that succeeded.
+    expect(innocentRows.map((row) => [row.status, row.attempts])).toEqual(innocents.map(() => ['sent', 1]))
+    expect(kills).toBe(4)
   })
 })
