@@ -67,7 +67,13 @@ describe('model: the real relay loop, SQL and dedupe against an oracle of the co
         // end of a long run may not have had time to).
         ...(path === undefined
           ? { numRuns: Math.max(200, seconds * 4), interruptAfterTimeLimit: (seconds + shrinkSeconds) * 1000 }
-          : { numRuns: 1, endOnFailure: process.env.OUTBOX_MODEL_SHRINK !== '1', path }),
+          : {
+              numRuns: 1,
+              path,
+              ...(process.env.OUTBOX_MODEL_SHRINK === '1'
+                ? { interruptAfterTimeLimit: shrinkSeconds * 1000 }
+                : { endOnFailure: true }),
+            }),
         markInterruptAsFailure: true,
         ...(seed === undefined ? {} : { seed }),
       },

@@ -57,6 +57,7 @@ const page = await listDeadLetters(db, { limit: 50 }) // oldest first, with last
 const next = await listDeadLetters(db, { limit: 50, after: page.at(-1)?.cursor })
 const { redriven, notDead } = await redrive(db, { eventIds: page.map((letter) => letter.eventId) })
 await redrive(db, { all: true })
+
 // #endregion dead-letters
 
 // #region integrity

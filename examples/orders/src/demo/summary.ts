@@ -186,7 +186,9 @@ export function failures(summary: Summary): string[] {
   if (summary.copiesDiffering > 0)
     reasons.push(`${count(summary.copiesDiffering)} order(s) differ between the two services`)
   if (summary.stuckLanes > 0)
-    reasons.push(`${count(summary.stuckLanes)} order(s) break a liveness rule: run outbox doctor on the orders database`)
+    reasons.push(
+      `${count(summary.stuckLanes)} order(s) break a liveness rule: run outbox doctor on the orders database`,
+    )
   if (summary.clientErrors > 0)
     reasons.push(`the orders service refused ${count(summary.clientErrors)} request(s)`)
   return reasons
