@@ -112,6 +112,8 @@ export class LaneSystem {
   readonly rolledBack = new Set<string>()
   /** Broken promises found along the way (early dead letters, …). */
   readonly violations: string[] = []
+  /** Dead letters written during the current command, judged when it has settled (see `#dead`). */
+  readonly #deadToJudge: { record: EventRecord; atMs: number }[] = []
   /** Model time, in ms since the run began. */
   timeMs = 0
   readonly #random: () => number
@@ -266,14 +268,23 @@ export class LaneSystem {
     }
     record.everDead = true
     record.deadSince = this.timeMs
-    const own = record.failed + record.crashesOpen
-    const failingMs = record.firstFailureAt === undefined ? 0 : this.timeMs - record.firstFailureAt
-    if (own < this.maxAttempts || failingMs < this.horizonMs) {
-      this.violations.push(
-        `${record.aggregateId}/${record.sequence} dead-lettered early: ${record.failed} failed requests and ` +
-          `${record.crashesOpen} crashes while its request was open (maxAttempts ${this.maxAttempts}), failing for ` +
-          `${failingMs} ms (horizon ${this.horizonMs} ms)`,
-      )
+    // Judged once the system has settled: the relay writes a dead letter for a request it cut itself (its
+    // timeout) as soon as it aborts it, and the subscriber may hear the connection close a moment later.
+    this.#deadToJudge.push({ record, atMs: this.timeMs })
+  }
+
+  /** Every dead letter written since the last check used its own attempts and its horizon (see `#dead`). */
+  #judgeDeadLetters(): void {
+    for (const { record, atMs } of this.#deadToJudge.splice(0)) {
+      const own = record.failed + record.crashesOpen
+      const failingMs = record.firstFailureAt === undefined ? 0 : atMs - record.firstFailureAt
+      if (own < this.maxAttempts || failingMs < this.horizonMs) {
+        this.violations.push(
+          `${record.aggregateId}/${record.sequence} dead-lettered early: ${record.failed} failed requests and ` +
+            `${record.crashesOpen} crashes while its request was open (maxAttempts ${this.maxAttempts}), failing ` +
+            `for ${failingMs} ms (horizon ${this.horizonMs} ms)`,
+        )
+      }
     }
   }
 
@@ -348,6 +359,8 @@ export class LaneSystem {
       }
     }
     if (held!.kind === 'redrive' && end === 'commit') {
+      // A dead letter written before this commit is judged on the counts it was written with.
+      this.#judgeDeadLetters()
       for (const id of held!.revived ?? []) {
         const record = this.events.get(id)
         if (!record) continue
@@ -487,6 +500,7 @@ export class LaneSystem {
 
   /** The liveness invariants, after every command. */
   async checkInvariants(): Promise<void> {
+    this.#judgeDeadLetters()
     const report = await checkIntegrity(this.producer, { maxLeaseMs: LEASE_MS })
     if (!report.ok) {
       throw new Error(
