@@ -23,6 +23,7 @@ export {
   CONSUMER_MIGRATION_TABLE,
   type ConsumerCursorsTable,
   type ConsumerDatabase,
+  consumerMigrationSql,
   type MigrateOptions,
   migrate,
   migrationSql,

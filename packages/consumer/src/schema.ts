@@ -1,16 +1,7 @@
-import {
-  type CompiledQuery,
-  DummyDriver,
-  type Generated,
-  Kysely,
-  PostgresAdapter,
-  PostgresIntrospector,
-  PostgresQueryCompiler,
-  type RawBuilder,
-  sql,
-} from 'kysely'
+import { type Generated, type Kysely, type RawBuilder, sql } from 'kysely'
 import { type Migration, Migrator } from 'kysely/migration'
 import { OutboxError } from './errors.js'
+import { consumerMigrations } from './migrations/index.js'
 import { checkDatabase, checkSchema } from './options.js'
 
 /**
@@ -91,7 +82,7 @@ export const CONSUMER_MIGRATION_TABLE = 'outbox_consumer_migration'
 export const CONSUMER_MIGRATION_LOCK_TABLE = 'outbox_consumer_migration_lock'
 
 /**
- * Options of {@link migrate} and {@link migrationSql}.
+ * Options of {@link migrate} and {@link consumerMigrationSql}.
  *
  * @example
  * ```ts
@@ -110,40 +101,6 @@ export function inSchema<T extends Kysely<any>>(db: T, schema: string | undefine
 }
 
 /**
- * The DDL of each migration as Kysely builders, so `migrate` and {@link migrationSql} can never disagree.
- * `IF NOT EXISTS` lets a team paste the SQL into its own tool and run it again safely.
- */
-function migration0001(db: Kysely<any>) {
-  return [
-    db.schema
-      .createTable('processed_events')
-      .ifNotExists()
-      .addColumn('event_id', 'uuid', (col) => col.primaryKey())
-      .addColumn('aggregate_type', 'text', (col) => col.notNull())
-      .addColumn('aggregate_id', 'text', (col) => col.notNull())
-      .addColumn('sequence', 'bigint', (col) => col.notNull().check(sql`sequence >= 1`))
-      .addColumn('type', 'text', (col) => col.notNull())
-      .addColumn('received_at', 'timestamptz', (col) => col.notNull().defaultTo(sql`now()`)),
-    // pruneProcessed deletes the oldest rows first in bounded batches: this index makes each batch a range scan.
-    db.schema
-      .createIndex('processed_events_received_at_idx')
-      .ifNotExists()
-      .on('processed_events')
-      .column('received_at'),
-    db.schema
-      .createTable('consumer_cursors')
-      .ifNotExists()
-      .addColumn('aggregate_type', 'text', (col) => col.notNull())
-      .addColumn('aggregate_id', 'text', (col) => col.notNull())
-      .addColumn('last_sequence', 'bigint', (col) =>
-        col.notNull().defaultTo(0).check(sql`last_sequence >= 0`),
-      )
-      .addColumn('updated_at', 'timestamptz', (col) => col.notNull().defaultTo(sql`now()`))
-      .addPrimaryKeyConstraint('consumer_cursors_pkey', ['aggregate_type', 'aggregate_id']),
-  ]
-}
-
-/**
  * Name of the function migration 0002 creates; `recordEvent` calls it, and an error naming it means a schema
  * migrated by an older consumer.
  */
@@ -154,93 +111,17 @@ export function qualified(schema: string | undefined, name: string): RawBuilder<
   return schema === undefined ? sql.id(name) : sql.id(schema, name)
 }
 
-/** One DDL statement, as the schema builders and a raw `sql` statement both provide it. */
-interface DdlStatement {
-  compile(): CompiledQuery
-  execute(): Promise<unknown>
-}
-
 /**
- * sql/record-event.ts's statement as a PL/pgSQL function: PL/pgSQL caches the plans of its statements per
- * connection, where the same statement sent as text with parameters was parsed and planned by PostgreSQL on
- * every delivery (≈ 110 µs more than a plain insert; Kysely cannot prepare statements). The statement, its
- * concurrency argument and its measured cost are explained there; this is the same ONE statement, with the
- * policy and `firstSequence` as parameters instead of being compiled into it.
- *
- * `CREATE OR REPLACE` keeps it safe to run twice, like the `IF NOT EXISTS` of migration 0001.
+ * The migrations as Kysely's `Migrator` runs them, each its frozen text (src/migrations/). Forward only: no
+ * `down` (see the README's "Upgrades and uninstalling").
  */
-function migration0002(db: Kysely<any>, schema: string | undefined): DdlStatement[] {
-  const table = (name: string) => qualified(schema, name)
-  // The body is dollar-quoted text: its tag must not occur in it (a schema name may contain anything).
-  const quotedSchema = schema === undefined ? '' : sql.id(schema).compile(db).sql
-  let tag = '$fn$'
-  for (let n = 1; quotedSchema.includes(tag); n++) tag = `$fn${n}$`
-  const body = sql.raw(tag)
-  // No `SET plan_cache_mode = force_generic_plan` clause: measured (one connection, 4000 calls), the default mode
-  // was as fast — 322 and 344 µs per applying call against 333 and 351 µs forced on PostgreSQL 15, 653 against
-  // 650 µs on 18 — since it settles on the generic plan by itself, while a SET clause saves and restores the
-  // setting on every call. `force_custom_plan` (re-planning every call) cost 60–80 µs more. Nor
-  // `set_config(…, true)` as in the producer's claim: that would last to COMMIT, into the application's handler.
-  const create = sql`CREATE OR REPLACE FUNCTION ${qualified(schema, RECORD_EVENT_FUNCTION)}(
-  p_event_id uuid, p_aggregate_type text, p_aggregate_id text, p_sequence bigint, p_type text,
-  p_policy text, p_first_sequence text, p_initial_cursor bigint
-) RETURNS text LANGUAGE plpgsql AS ${body}
-DECLARE
-  v_cursor bigint;
-BEGIN
-  -- The callers pass only these; anything else would silently judge every event as not applying.
-  IF p_policy NOT IN ('monotonic', 'strict') OR p_first_sequence NOT IN ('1', 'any') THEN
-    RAISE EXCEPTION 'outbox_record_event: unknown policy % / first sequence %', p_policy, p_first_sequence
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  WITH recorded AS (
-    INSERT INTO ${table('processed_events')} (event_id, aggregate_type, aggregate_id, sequence, type)
-    VALUES (p_event_id, p_aggregate_type, p_aggregate_id, p_sequence, p_type)
-    ON CONFLICT (event_id) DO NOTHING
-    RETURNING aggregate_type, aggregate_id
-  ), advanced AS (
-    INSERT INTO ${table('consumer_cursors')} AS c (aggregate_type, aggregate_id, last_sequence)
-    SELECT r.aggregate_type, r.aggregate_id, p_initial_cursor FROM recorded r
-    ON CONFLICT (aggregate_type, aggregate_id) DO UPDATE SET last_sequence = p_sequence, updated_at = now()
-    -- "Apply?": judgeSequence(policy, firstSequence, cursor, sequence).kind === 'apply' (src/cursor.ts), proven
-    -- equal to it by a property test against this function (cursor.policies.test.ts).
-    WHERE CASE p_policy
-      WHEN 'monotonic' THEN c.last_sequence < p_sequence
-      ELSE c.last_sequence = p_sequence - 1 OR (p_first_sequence = 'any' AND c.last_sequence = 0)
-    END
-    RETURNING c.last_sequence
-  )
-  SELECT (SELECT a.last_sequence FROM advanced a) INTO v_cursor FROM recorded;
-  IF NOT FOUND THEN
-    RETURN 'duplicate';
-  END IF;
-  RETURN CASE WHEN v_cursor = p_sequence THEN 'advanced' ELSE 'held' END;
-END
-${body}`
-  return [{ compile: () => create.compile(db), execute: () => create.execute(db) }]
-}
-
 function migrations(schema: string | undefined): Record<string, Migration> {
-  return {
-    '0001_processed_events_and_cursors': {
-      async up(db) {
-        for (const statement of migration0001(inSchema(db, schema))) await statement.execute()
-      },
-      async down(db) {
-        const scoped = inSchema(db, schema)
-        await scoped.schema.dropTable('consumer_cursors').ifExists().execute()
-        await scoped.schema.dropTable('processed_events').ifExists().execute()
-      },
-    },
-    '0002_record_event_function': {
-      async up(db) {
-        for (const statement of migration0002(db, schema)) await statement.execute()
-      },
-      async down(db) {
-        await sql`DROP FUNCTION IF EXISTS ${qualified(schema, RECORD_EVENT_FUNCTION)}`.execute(db)
-      },
-    },
+  const byName: Record<string, Migration> = {}
+  for (const migration of consumerMigrations) {
+    const text = migration.sql(schema)
+    byName[migration.name] = { up: async (db) => void (await sql.raw(text).execute(db)) }
   }
+  return byName
 }
 
 /**
@@ -287,41 +168,39 @@ export async function migrate(db: Kysely<any>, options: MigrateOptions = {}): Pr
   }
 }
 
-/** A Kysely that only compiles: it turns the migration builders into SQL text without a connection. */
-function compiler(): Kysely<any> {
-  return new Kysely<any>({
-    dialect: {
-      createAdapter: () => new PostgresAdapter(),
-      createDriver: () => new DummyDriver(),
-      createIntrospector: (db) => new PostgresIntrospector(db),
-      createQueryCompiler: () => new PostgresQueryCompiler(),
-    },
-  })
-}
-
 /**
- * The consumer's DDL as one SQL script, for teams that run their own migration tool. It is compiled from the
- * very builders `migrate` executes, and uses `IF NOT EXISTS` (`CREATE OR REPLACE` for the function) throughout,
- * so running it twice is harmless. It does not write `outbox_consumer_migration`: use either this or
- * {@link migrate}, not both; after upgrading this package, apply the new script.
+ * The consumer's DDL as one SQL script, for teams that run their own migration tool: the text of every migration
+ * {@link migrate} runs, in order, after a `create schema if not exists` when a schema is given. It uses
+ * `IF NOT EXISTS` (`CREATE OR REPLACE` for the function) throughout, so running it twice is harmless. It does not
+ * write `outbox_consumer_migration`: use either this or {@link migrate}, not both; after upgrading this package,
+ * apply the new script.
  *
  * @example
  * ```ts
  * import { writeFileSync } from 'node:fs'
- * import { migrationSql } from '@outbox/consumer'
- * writeFileSync('migrations/20260101_outbox_consumer.sql', migrationSql({ schema: 'webhooks' }))
+ * import { consumerMigrationSql } from '@outbox/consumer'
+ * writeFileSync('migrations/20260101_outbox_consumer.sql', consumerMigrationSql({ schema: 'webhooks' }))
  * ```
  */
-export function migrationSql(options: MigrateOptions = {}): string {
-  const schema = checkSchema(options.schema, 'migrationSql')
-  const db = compiler()
-  const statements: string[] = []
-  if (schema !== undefined) statements.push(db.schema.createSchema(schema).ifNotExists().compile().sql)
-  for (const builder of [...migration0001(inSchema(db, schema)), ...migration0002(db, schema)]) {
-    const compiled = builder.compile()
-    // DDL cannot take bind parameters; the builders above only use literals, and this guard keeps it so.
-    if (compiled.parameters.length > 0) throw new Error('migrationSql: a DDL statement has parameters')
-    statements.push(compiled.sql)
+export function consumerMigrationSql(options: MigrateOptions = {}): string {
+  const schema = checkSchema(options.schema, 'consumerMigrationSql')
+  const statements = consumerMigrations.map((migration) => migration.sql(schema))
+  if (schema !== undefined) {
+    statements.unshift(`create schema if not exists "${schema.replaceAll('"', '""')}";\n`)
   }
-  return `${statements.join(';\n')};\n`
+  return statements.join('')
 }
+
+/**
+ * The consumer's DDL as one SQL script.
+ *
+ * @deprecated Use {@link consumerMigrationSql}, the same function under the name that says which package's DDL
+ * it is (the producer's is `producerMigrationSql`).
+ *
+ * @example
+ * ```ts
+ * import { consumerMigrationSql } from '@outbox/consumer'
+ * const ddl = consumerMigrationSql({ schema: 'webhooks' })
+ * ```
+ */
+export const migrationSql: (options?: MigrateOptions) => string = consumerMigrationSql

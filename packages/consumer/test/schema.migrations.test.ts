@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest'
 import {
   CONSUMER_MIGRATION_LOCK_TABLE,
   CONSUMER_MIGRATION_TABLE,
+  consumerMigrationSql,
   createConsumer,
   migrate,
   migrationSql,
@@ -141,11 +142,33 @@ describe('migrate', () => {
     expect((error as OutboxError).code).toBe('ERR_OUTBOX_MIGRATION_FAILED')
     expect((error as OutboxError).cause).toBeDefined()
   })
+
+  it("the README's uninstall statements leave no consumer table or function behind", async () => {
+    await migrate(t.db, { schema: 'gone' })
+    await t.db.transaction().execute(async (trx) => {
+      await sql`SET LOCAL search_path TO gone`.execute(trx)
+      // As the README's "Migrations go forward only" gives them: keep the two in step.
+      await sql`DROP FUNCTION IF EXISTS outbox_record_event(uuid, text, text, bigint, text, text, text, bigint)`.execute(
+        trx,
+      )
+      await sql`DROP TABLE IF EXISTS processed_events, consumer_cursors, outbox_consumer_migration, outbox_consumer_migration_lock`.execute(
+        trx,
+      )
+    })
+    // Tables, indexes, sequences, functions and types: nothing of the consumer's is left in the schema.
+    const { rows } = await sql<{ objects: string }>`
+      SELECT (SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'gone'::regnamespace)
+           + (SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'gone'::regnamespace)
+           + (SELECT count(*) FROM pg_type y WHERE y.typnamespace = 'gone'::regnamespace) AS objects`.execute(
+      t.db,
+    )
+    expect(rows[0]!.objects).toBe('0')
+  })
 })
 
-describe('migrationSql', () => {
+describe('consumerMigrationSql', () => {
   it('creates the same tables and indexes as migrate, and can run twice', async () => {
-    const script = migrationSql({ schema: 'by_sql' })
+    const script = consumerMigrationSql({ schema: 'by_sql' })
     expect(script).toContain('create schema if not exists "by_sql"')
     await sql.raw(script).execute(t.db)
     await sql.raw(script).execute(t.db)
@@ -159,14 +182,14 @@ describe('migrationSql', () => {
   })
 
   it('quotes the schema name as an identifier', () => {
-    expect(migrationSql({ schema: 'we"ird' })).toContain('"we""ird"."processed_events"')
-    expect(migrationSql()).toContain('create table if not exists "processed_events"')
-    expect(migrationSql({ schema: 'we"ird' })).toContain('FUNCTION "we""ird"."outbox_record_event"(')
+    expect(consumerMigrationSql({ schema: 'we"ird' })).toContain('"we""ird"."processed_events"')
+    expect(consumerMigrationSql()).toContain('create table if not exists "processed_events"')
+    expect(consumerMigrationSql({ schema: 'we"ird' })).toContain('FUNCTION "we""ird"."outbox_record_event"(')
   })
 
   it('keeps the function body intact whatever the schema name holds, even its dollar-quote tag', async () => {
     const schema = 'odd"$fn$'
-    await sql.raw(migrationSql({ schema })).execute(t.db)
+    await sql.raw(consumerMigrationSql({ schema })).execute(t.db)
     const { dedupe } = createConsumer({ db: t.db, schema, logger: quiet })
     const event = makeEvent({ aggregateId: 'odd-schema' })
     const { body, headers } = delivery(event)
@@ -176,6 +199,11 @@ describe('migrationSql', () => {
       .send(body)
     expect(answer.body.status).toBe('applied')
     expect(await cursorOf(t.db, 'order', 'odd-schema', schema)).toBe(1)
+  })
+
+  it('is still exported under its deprecated name, migrationSql', () => {
+    expect(migrationSql).toBe(consumerMigrationSql)
+    expect(migrationSql({ schema: 'by_sql' })).toBe(consumerMigrationSql({ schema: 'by_sql' }))
   })
 })
 

@@ -280,6 +280,31 @@ describe('migrate', () => {
     }
   })
 
+  it("the README's uninstall statements leave no producer table or function behind", async () => {
+    await migrate(t.db, { schema: 'tenant_gone' })
+    await t.db.transaction().execute(async (trx) => {
+      await sql`SET LOCAL search_path TO tenant_gone`.execute(trx)
+      // As the README's "Migrations go forward only" gives them: keep the two in step.
+      await sql`DROP FUNCTION IF EXISTS
+        outbox_claim_lanes(integer, bigint, integer, integer, bigint),
+        outbox_claim_lanes(integer, bigint, integer, integer),
+        outbox_enqueue(uuid, text, text, text, jsonb, integer, text),
+        outbox_enqueue(uuid, text, text, text, jsonb, text),
+        outbox_new_row_due(text, text)`.execute(trx)
+      await sql`DROP TABLE IF EXISTS outbox, outbox_counter, outbox_lane, outbox_producer_migration, outbox_producer_migration_lock`.execute(
+        trx,
+      )
+    })
+    // Tables, indexes, sequences, functions and types: nothing of the producer's is left in the schema.
+    const { rows } = await sql<{ objects: string }>`
+      SELECT (SELECT count(*) FROM pg_class c WHERE c.relnamespace = 'tenant_gone'::regnamespace)
+           + (SELECT count(*) FROM pg_proc p WHERE p.pronamespace = 'tenant_gone'::regnamespace)
+           + (SELECT count(*) FROM pg_type y WHERE y.typnamespace = 'tenant_gone'::regnamespace) AS objects`.execute(
+      t.db,
+    )
+    expect(rows[0]!.objects).toBe('0')
+  })
+
   it('refuses a schema name that is not a plain lower-case identifier', async () => {
     for (const schema of ['Tenant', 'tenant-a', 'a"; DROP SCHEMA public; --', '', '1abc']) {
       await expect(migrate(t.db, { schema })).rejects.toMatchObject({ code: 'ERR_OUTBOX_INVALID_OPTIONS' })

@@ -1,0 +1,32 @@
+import { migration0001 } from './0001-outbox.js'
+import { migration0002 } from './0002-lane-claim-token.js'
+import { migration0003 } from './0003-enqueue-function.js'
+import { migration0004 } from './0004-claim-function.js'
+import { migration0005 } from './0005-enqueue-inline.js'
+import { migration0006 } from './0006-claim-hashed-busy.js'
+import { migration0007 } from './0007-liveness.js'
+
+/** One migration of the producer schema: the name the migrator records, and its full SQL text. */
+export interface ProducerMigration {
+  /**
+   * The name recorded in `outbox_producer_migration` (its file's name with `_` for `-`). Never renamed: a
+   * migrated database would run the migration again under its new name.
+   */
+  readonly name: string
+  /** The migration's whole SQL text for a schema (a name already checked as a lower-case identifier). */
+  readonly sql: (schema: string) => string
+}
+
+/**
+ * Every producer migration, in the order they run. Append only: a merged migration's file and entry are never
+ * edited, reordered or renumbered (test/migrations.frozen.test.ts holds their hashes); a change is a new file.
+ */
+export const producerMigrations: readonly ProducerMigration[] = [
+  { name: '0001_outbox', sql: migration0001 },
+  { name: '0002_lane_claim_token', sql: migration0002 },
+  { name: '0003_enqueue_function', sql: migration0003 },
+  { name: '0004_claim_function', sql: migration0004 },
+  { name: '0005_enqueue_inline', sql: migration0005 },
+  { name: '0006_claim_hashed_busy', sql: migration0006 },
+  { name: '0007_liveness', sql: migration0007 },
+]
