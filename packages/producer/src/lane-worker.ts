@@ -4,28 +4,13 @@ import type { MarkBuffer } from './mark-buffer.js'
 import { type EndpointEvent, LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
 import { conflictParkDelay, decideAfterFailure } from './retry-policy.js'
 import type { RelayRuntime } from './runtime.js'
-import type { ClaimedLaneRow } from './sql/claim-lanes.js'
+import type { ClaimedLane, LaneEvent } from './sql/claimed-lane.js'
 import { deadLetterHead } from './sql/dead-letter-head.js'
 import type { FailedAttempt } from './sql/failed-attempt.js'
 import { markStarted } from './sql/mark-started.js'
 import { parkLane } from './sql/park-lane.js'
 import { scheduleRetry } from './sql/schedule-retry.js'
-import { type LaneEventRow, selectLaneEvents } from './sql/select-lane-events.js'
-
-/** A lane this relay owns, with the events read for it. */
-export interface ClaimedLane extends ClaimedLaneRow {
-  /** Clock time (the relay's monotonic clock) when the claim was sent: no later than the database's lease start. */
-  readonly claimedAt: number
-  /**
-   * Clock time when the claim's answer arrived: no earlier than the database's `now()` that measured each row's
-   * failing time, so the time elapsed since can only be underestimated (a give-up is never early).
-   */
-  readonly readAt: number
-  /** Clock time after which the lease may be gone: `claimedAt + leaseMs`. */
-  readonly deadline: number
-  /** Payload bytes read for this lane so far (its claim and later batches), held against the relay's budget. */
-  heldBytes: number
-}
+import { selectLaneEvents } from './sql/select-lane-events.js'
 
 /** What delivering one lane did. */
 export interface LaneResult {
@@ -46,15 +31,17 @@ export interface LaneContext {
   readonly abort: AbortSignal
   /** Payload bytes the relay may still read before its buffer budget is spent. */
   readonly bytesLeft: () => number
-  /** Counts bytes read for a lane against the budget (given back when the lane finishes). */
-  readonly hold: (lane: ClaimedLane, bytes: number) => void
+  /** Counts bytes a lane read past its claim against the budget. */
+  readonly holdBytes: (bytes: number) => void
+  /** Gives bytes counted by {@link LaneContext.holdBytes} back, once the lane that read them is done with them. */
+  readonly freeBytes: (bytes: number) => void
 }
 
 /** Why the head of a charged takeover failed: its request was under way when the previous claim expired. */
 export const TAKEOVER_ERROR =
   'the previous claim expired while its request was under way (the relay crashed or hung on it)'
 
-function toEvent(row: LaneEventRow): EndpointEvent {
+function toEvent(row: LaneEvent): EndpointEvent {
   return {
     eventId: row.eventId,
     type: row.eventType,
@@ -65,7 +52,7 @@ function toEvent(row: LaneEventRow): EndpointEvent {
   }
 }
 
-function refOf(row: LaneEventRow): EventRef {
+function refOf(row: LaneEvent): EventRef {
   return {
     eventId: row.eventId,
     eventType: row.eventType,
@@ -124,36 +111,45 @@ type RowStep = { readonly next: 'row' } | { readonly next: 'hand back' } | { rea
 
 /**
  * Sends the lane's rows batch after batch until one is not answered 2xx, the lease or the slice runs short, or
- * the relay stops. `settled` when a failure's outcome released the lane.
+ * the relay stops. `settled` when a failure's outcome released the lane. The bytes of the batches it reads past
+ * the claim count against the relay's budget until it returns (the claim's own bytes are the relay's to give back).
  */
 async function deliverInOrder(
   ctx: LaneContext,
   lane: ClaimedLane,
 ): Promise<{ result: LaneResult; settled: boolean }> {
   let delivered = 0
-  let batch: readonly LaneEventRow[] = lane.events
+  let batch: readonly LaneEvent[] = lane.events
   // Clock time the current batch's read returned: its rows' failing times were measured before it.
   let readAt = lane.readAt
-  while (batch.length > 0) {
-    for (const row of batch) {
-      const step = await deliverRow(ctx, lane, row, readAt, delivered)
-      if ('settled' in step) {
-        return { result: { ...step.settled, delivered: delivered + step.settled.delivered }, settled: true }
+  let readBytes = 0
+  try {
+    while (batch.length > 0) {
+      for (const row of batch) {
+        const step = await deliverRow(ctx, lane, row, readAt, delivered)
+        if ('settled' in step) {
+          return { result: { ...step.settled, delivered: delivered + step.settled.delivered }, settled: true }
+        }
+        if (step.next === 'hand back') return { result: { ...NOTHING, delivered }, settled: false }
+        delivered += 1
       }
-      if (step.next === 'hand back') return { result: { ...NOTHING, delivered }, settled: false }
-      delivered += 1
+      batch = await nextBatch(ctx, lane, batch)
+      readAt = ctx.runtime.clock.now()
+      const bytes = batch.reduce((sum, row) => sum + row.payloadBytes, 0)
+      readBytes += bytes
+      ctx.holdBytes(bytes)
     }
-    batch = await nextBatch(ctx, lane, batch)
-    readAt = ctx.runtime.clock.now()
+    return { result: { ...NOTHING, delivered }, settled: false }
+  } finally {
+    ctx.freeBytes(readBytes)
   }
-  return { result: { ...NOTHING, delivered }, settled: false }
 }
 
 /** Sends one row and records its outcome: a 2xx is marked, any other answer settles the lane. */
 async function deliverRow(
   ctx: LaneContext,
   lane: ClaimedLane,
-  row: LaneEventRow,
+  row: LaneEvent,
   readAt: number,
   deliveredBefore: number,
 ): Promise<RowStep> {
@@ -248,8 +244,8 @@ const LANE_SLICE_MS = 1000
 async function nextBatch(
   ctx: LaneContext,
   lane: ClaimedLane,
-  batch: readonly LaneEventRow[],
-): Promise<LaneEventRow[]> {
+  batch: readonly LaneEvent[],
+): Promise<readonly LaneEvent[]> {
   const { options, runtime } = ctx
   if (batch.length < options.batchSize || ctx.stopping()) return []
   if (runtime.clock.now() - lane.claimedAt > LANE_SLICE_MS) return []
@@ -258,17 +254,12 @@ async function nextBatch(
   const last = batch[batch.length - 1]!
   try {
     // Fenced by the token, and after the last row sent: its marks may still be in the buffer, not yet written.
-    const rows = await selectLaneEvents(options.db, options.schema, {
+    return await selectLaneEvents(options, {
       claimToken: lane.claimToken,
       afterSequence: last.sequence,
       batchSize: options.batchSize,
       maxBytes: bytesLeft,
     })
-    ctx.hold(
-      lane,
-      rows.reduce((sum, row) => sum + row.payloadBytes, 0),
-    )
-    return rows
   } catch (error) {
     options.logger.warn(
       { err: error, lane: `${lane.aggregateType}:${lane.aggregateId}` },
@@ -289,7 +280,7 @@ async function nextBatch(
 async function settleFailure(
   ctx: LaneContext,
   lane: ClaimedLane,
-  row: LaneEventRow,
+  row: LaneEvent,
   failure: FailedAttempt,
   readAt: number,
   retryAfterMs: number | undefined,

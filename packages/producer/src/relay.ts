@@ -1,14 +1,14 @@
 import { WebhookSender } from './delivery.js'
 import { type RelayEventMap, RelayEvents, type RelayListener } from './events.js'
-import { type ClaimedLane, deliverLane, type LaneContext, type LaneResult } from './lane-worker.js'
+import { deliverLane, type LaneContext, type LaneResult } from './lane-worker.js'
 import { Listener } from './listen.js'
 import { MarkBuffer } from './mark-buffer.js'
 import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
 import { type RelayRuntime, runtimeOf, sleep } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
-import { withCurrentSchema } from './schema-outdated.js'
-import { claimLanes } from './sql/claim-lanes.js'
+import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
+import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
 
 /** What one {@link Relay.runOnce} did. */
@@ -171,9 +171,11 @@ export class Relay {
       stopping: () => this.#state === 'stopping',
       abort: this.#abort.signal,
       bytesLeft: () => this.#options.maxBufferedBytes - this.#heldBytes,
-      hold: (lane, bytes) => {
-        lane.heldBytes += bytes
+      holdBytes: (bytes) => {
         this.#heldBytes += bytes
+      },
+      freeBytes: (bytes) => {
+        this.#heldBytes -= bytes
       },
     }
     testHooks.set(this, {
@@ -468,35 +470,25 @@ export class Relay {
     })
   }
 
-  async #claim(
-    lanes: number,
-    maxBytes: number,
-  ): Promise<{ lanes: ClaimedLane[]; windowFull: boolean; budgetFull: boolean }> {
-    const { db, schema, leaseMs, batchSize } = this.#options
-    // Taken before the claim is sent: the local deadline can only be earlier than the database's.
-    const claimedAt = this.#runtime.clock.now()
+  async #claim(lanes: number, maxBytes: number): Promise<ClaimResult> {
+    const { leaseMs, batchSize } = this.#options
     this.#claiming = true
-    let result: Awaited<ReturnType<typeof claimLanes>>
+    let result: ClaimResult
     try {
-      result = await withCurrentSchema(schema, () =>
-        claimLanes(db, schema, {
-          lanes,
-          leaseMs,
-          scanRows: Math.max(lanes * SCAN_ROWS_PER_LANE, 256),
-          batchSize,
-          maxBytes,
-        }),
-      )
+      // The resolved options are the SQL context (db, schema): nothing is built per claim.
+      result = await claimLanes(this.#options, {
+        lanes,
+        leaseMs,
+        scanRows: Math.max(lanes * SCAN_ROWS_PER_LANE, 256),
+        batchSize,
+        maxBytes,
+        clock: this.#runtime.clock,
+      })
     } finally {
       this.#claiming = false
     }
-    const readAt = this.#runtime.clock.now()
-    const claimed = result.lanes.map((row): ClaimedLane => {
-      const heldBytes = row.events.reduce((sum, event) => sum + event.payloadBytes, 0)
-      this.#heldBytes += heldBytes
-      return { ...row, claimedAt, readAt, deadline: claimedAt + leaseMs, heldBytes }
-    })
-    for (const lane of claimed) {
+    for (const lane of result.lanes) {
+      this.#heldBytes += lane.heldBytes
       const head = lane.events[0]
       if (!lane.takenOver || !head) continue
       this.#events.emit('lane:takeover', {
@@ -507,7 +499,7 @@ export class Relay {
         attempts: head.attempts + (lane.charged ? 1 : 0),
       })
     }
-    return { lanes: claimed, windowFull: result.windowFull, budgetFull: result.budgetFull }
+    return result
   }
 
   async #deliver(lane: ClaimedLane): Promise<LaneResult> {

@@ -1,6 +1,7 @@
 import { useTestDatabase } from '@outbox/test-harness'
 import { type Kysely, sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
+import { systemClock } from '../src/runtime.js'
 import { claimLanes } from '../src/sql/claim-lanes.js'
 import { deadLetterHead } from '../src/sql/dead-letter-head.js'
 import { markSentAndRelease } from '../src/sql/mark-sent.js'
@@ -13,7 +14,10 @@ const t = useTestDatabase()
 
 /** A claim as the relay makes it, with a budget too large to matter here. */
 function claim(db: Kysely<any>, lanes: number, leaseMs: number, scanRows: number, batchSize: number) {
-  return claimLanes(db, 'public', { lanes, leaseMs, scanRows, batchSize, maxBytes: 1 << 30 })
+  return claimLanes(
+    { db, schema: 'public' },
+    { lanes, leaseMs, scanRows, batchSize, maxBytes: 1 << 30, clock: systemClock },
+  )
 }
 
 async function laneRow(id: string) {
@@ -70,12 +74,15 @@ describe('claims, leases and fencing', () => {
     expect(JSON.parse(lanes.get('r-2')!.events[0]!.payload)).toEqual({ id: 'r-2', n: 0 })
     // The next rows after a full batch, as a lane that reads on gets them.
     const r1 = lanes.get('r-1')!
-    const next = await selectLaneEvents(t.db, 'public', {
-      claimToken: r1.claimToken,
-      afterSequence: r1.events[1]!.sequence,
-      batchSize: 2,
-      maxBytes: 1 << 30,
-    })
+    const next = await selectLaneEvents(
+      { db: t.db, schema: 'public' },
+      {
+        claimToken: r1.claimToken,
+        afterSequence: r1.events[1]!.sequence,
+        batchSize: 2,
+        maxBytes: 1 << 30,
+      },
+    )
     expect(next.map((event) => event.sequence)).toEqual([5])
   })
 
@@ -97,12 +104,15 @@ describe('claims, leases and fencing', () => {
     expect(owner!.events.map((event) => event.id)).toEqual(events.map((event) => event.id))
     // Reading on past a batch is fenced too: the late worker's token reads nothing.
     expect(
-      await selectLaneEvents(t.db, 'public', {
-        claimToken: late!.claimToken,
-        afterSequence: 0,
-        batchSize: 10,
-        maxBytes: 1 << 30,
-      }),
+      await selectLaneEvents(
+        { db: t.db, schema: 'public' },
+        {
+          claimToken: late!.claimToken,
+          afterSequence: 0,
+          batchSize: 10,
+          maxBytes: 1 << 30,
+        },
+      ),
     ).toEqual([])
 
     const now = new Date()
