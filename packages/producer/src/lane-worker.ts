@@ -65,6 +65,23 @@ function refOf(row: LaneEvent): EventRef {
 const NOTHING: LaneResult = Object.freeze({ delivered: 0, failed: 0, dead: 0 })
 
 /**
+ * Reports a lane claimed over an expired claim (`lane:takeover`) as soon as its claim returns, with the attempt the
+ * takeover charges its head when a request of it was under way; {@link deliverLane} settles that charge. A lane
+ * whose events were all delivered meanwhile is not reported.
+ */
+export function reportTakeover(ctx: LaneContext, lane: ClaimedLane): void {
+  const head = lane.events[0]
+  if (!lane.takenOver || !head) return
+  ctx.events.emit('lane:takeover', {
+    aggregateType: lane.aggregateType,
+    aggregateId: lane.aggregateId,
+    eventId: head.eventId,
+    charged: lane.charged,
+    attempts: head.attempts + (lane.charged ? 1 : 0),
+  })
+}
+
+/**
  * Delivers one claimed lane in sequence order, one request at a time, and hands the lane back.
  *
  * The lane stops at its first failure (nothing behind a failed head is sent); a request is never started unless

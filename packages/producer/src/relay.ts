@@ -1,6 +1,7 @@
+import { backoffMs } from './backoff.js'
 import { WebhookSender } from './delivery.js'
 import { type RelayEventMap, RelayEvents, type RelayListener } from './events.js'
-import { deliverLane, type LaneContext, type LaneResult } from './lane-worker.js'
+import { deliverLane, type LaneContext, type LaneResult, reportTakeover } from './lane-worker.js'
 import { Listener } from './listen.js'
 import { MarkBuffer } from './mark-buffer.js'
 import { RelayMetrics } from './metrics.js'
@@ -141,15 +142,10 @@ export class Relay {
       connections: this.#options.concurrency,
       clock: this.#runtime.clock,
     })
-    this.#marks = new MarkBuffer(
-      async (marks, releases) => {
+    this.#marks = new MarkBuffer({
+      write: async (marks, releases) => {
         const notifiedBefore = this.#notifications
-        const { released, releasedWithWork } = await markSentAndRelease(
-          this.#options.db,
-          this.#options.schema,
-          marks,
-          releases,
-        )
+        const { released, releasedWithWork } = await markSentAndRelease(this.#options, { marks, releases })
         // A released lane with pending rows is claimable now, and the claim loop may be waiting for a poll. The
         // count misses rows committed while the statement ran; their NOTIFY may have found the lane still leased,
         // so a NOTIFY received during the write wakes the loop too. Releasing lanes with nothing left wakes no one:
@@ -157,11 +153,9 @@ export class Relay {
         if (releasedWithWork > 0 || (released > 0 && this.#notifications !== notifiedBefore))
           this.#requestWake()
       },
-      (error) => this.#reportError(error, 'flush'),
-      undefined,
-      undefined,
-      this.#runtime.clock,
-    )
+      onError: (error) => this.#reportError(error, 'flush'),
+      clock: this.#runtime.clock,
+    })
     this.#context = {
       options: this.#options,
       runtime: this.#runtime,
@@ -373,7 +367,10 @@ export class Relay {
       } catch (error) {
         errors += 1
         this.#reportError(error, 'claim')
-        await this.#idle(Math.min(30_000, pollIntervalMs * 2 ** Math.min(errors, 8)))
+        // At most eight doublings of the poll interval, and never more than 30 s.
+        await this.#idle(
+          backoffMs(errors, { baseMs: pollIntervalMs, maxMs: Math.min(30_000, pollIntervalMs * 2 ** 8) }),
+        )
         continue
       }
       if (this.#state !== 'running') break
@@ -426,9 +423,8 @@ export class Relay {
   #giveBack(lanes: readonly ClaimedLane[]): void {
     for (const lane of lanes) this.#heldBytes -= lane.heldBytes
     if (this.#crashed || lanes.length === 0) return
-    const { db, schema } = this.#options
     const releases = lanes.map((lane) => ({ claimToken: lane.claimToken, delivered: false }))
-    void markSentAndRelease(db, schema, [], releases).catch((error: unknown) =>
+    void markSentAndRelease(this.#options, { marks: [], releases }).catch((error: unknown) =>
       this.#reportError(error, 'flush'),
     )
   }
@@ -489,15 +485,7 @@ export class Relay {
     }
     for (const lane of result.lanes) {
       this.#heldBytes += lane.heldBytes
-      const head = lane.events[0]
-      if (!lane.takenOver || !head) continue
-      this.#events.emit('lane:takeover', {
-        aggregateType: lane.aggregateType,
-        aggregateId: lane.aggregateId,
-        eventId: head.eventId,
-        charged: lane.charged,
-        attempts: head.attempts + (lane.charged ? 1 : 0),
-      })
+      reportTakeover(this.#context, lane)
     }
     return result
   }

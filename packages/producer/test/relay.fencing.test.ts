@@ -125,10 +125,11 @@ describe('claims, leases and fencing', () => {
     }
     expect(
       await markSentAndRelease(
-        t.db,
-        'public',
-        [staleMark],
-        [{ claimToken: late!.claimToken, delivered: true }],
+        { db: t.db, schema: 'public' },
+        {
+          marks: [staleMark],
+          releases: [{ claimToken: late!.claimToken, delivered: true }],
+        },
       ),
     ).toEqual({
       marked: 0,
@@ -174,10 +175,11 @@ describe('claims, leases and fencing', () => {
     const ownMark = { ...staleMark, claimToken: owner!.claimToken }
     expect(
       await markSentAndRelease(
-        t.db,
-        'public',
-        [ownMark],
-        [{ claimToken: owner!.claimToken, delivered: true }],
+        { db: t.db, schema: 'public' },
+        {
+          marks: [ownMark],
+          releases: [{ claimToken: owner!.claimToken, delivered: true }],
+        },
       ),
     ).toEqual({
       marked: 1,
@@ -205,10 +207,11 @@ describe('claims, leases and fencing', () => {
         }))
     // w-1: both rows marked in this very statement, so nothing is left; w-2: one of two, so its lane has work.
     const result = await markSentAndRelease(
-      t.db,
-      'public',
-      [...marksOf('w-1', 2), ...marksOf('w-2', 1)],
-      ['w-1', 'w-2'].map((id) => ({ claimToken: byId.get(id)!.claimToken, delivered: true })),
+      { db: t.db, schema: 'public' },
+      {
+        marks: [...marksOf('w-1', 2), ...marksOf('w-2', 1)],
+        releases: ['w-1', 'w-2'].map((id) => ({ claimToken: byId.get(id)!.claimToken, delivered: true })),
+      },
     )
     expect(result).toEqual({ marked: 3, released: 2, releasedWithWork: 1 })
   })
