@@ -31,18 +31,6 @@ export type DeliveryOutcome =
 const MAX_ERROR_BODY = 500
 
 /**
- * Builds the exact body bytes of the wire contract. The payload arrives as JSON text from the database and is
- * spliced in unparsed; the other fields go through `JSON.stringify`, so the result is always valid JSON.
- */
-export function buildBody(event: EndpointEvent, payloadJson: string): string {
-  return (
-    `{"event_id":${JSON.stringify(event.eventId)},"type":${JSON.stringify(event.type)},` +
-    `"aggregate_type":${JSON.stringify(event.aggregateType)},"aggregate_id":${JSON.stringify(event.aggregateId)},` +
-    `"sequence":${event.sequence},"occurred_at":${JSON.stringify(event.occurredAt)},"data":${payloadJson}}`
-  )
-}
-
-/**
  * Sends webhooks over a keep-alive undici pool (several times the throughput of `fetch` on the hot path).
  * One instance per relay; `close()` ends its sockets.
  */

@@ -1,4 +1,5 @@
-import { buildBody, type DeliveryOutcome, type WebhookSender } from './delivery.js'
+import { spliceEnvelope } from '@outbox/protocol'
+import type { DeliveryOutcome, WebhookSender } from './delivery.js'
 import type { EventRef, RelayEvents } from './events.js'
 import type { MarkBuffer } from './mark-buffer.js'
 import { type EndpointEvent, LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
@@ -182,7 +183,7 @@ async function deliverRow(
   let outcome: DeliveryOutcome
   try {
     const url = options.endpoint(event)
-    outcome = await sender.send(url, event, buildBody(event, row.payload), ctx.abort)
+    outcome = await sender.send(url, event, spliceEnvelope(event, row.payload), ctx.abort)
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
   }
