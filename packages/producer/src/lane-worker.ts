@@ -112,7 +112,7 @@ export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<
     }
     return await settleFailure(ctx, lane, head, failure, lane.readAt, undefined)
   }
-  if (lane.watchStarts && !(await markStarted(ctx.options.db, ctx.options.schema, lane.claimToken))) {
+  if (lane.watchStarts && !(await markStarted(ctx.options, { claimToken: lane.claimToken }))) {
     // The claim is no longer ours (its lease ran out before we started): nothing to send, nothing to release.
     return NOTHING
   }
@@ -222,12 +222,13 @@ async function deliverRow(
   if (deliveredBefore > 0) await ctx.marks.flush()
   if (outcome.kind === 'conflict') {
     const parkMs = conflictParkDelay(options.retrySchedule, lane.conflictCount + 1, runtime.random)
-    await parkLane(
-      options.db,
-      options.schema,
-      { claimToken: lane.claimToken, id: row.id, error: outcome.error, attemptedAt },
-      parkMs,
-    )
+    await parkLane(options, {
+      claimToken: lane.claimToken,
+      id: row.id,
+      error: outcome.error,
+      attemptedAt,
+      delayMs: parkMs,
+    })
     options.logger.warn(
       { ...log, eventId: row.eventId, sequence: row.sequence },
       'consumer answered 409; lane parked',
@@ -319,7 +320,7 @@ async function settleFailure(
     runtime.random,
   )
   if (decision.kind === 'dead') {
-    await deadLetterHead(options.db, options.schema, failure, options.onExhausted)
+    await deadLetterHead(options, { failure, onExhausted: options.onExhausted })
     options.logger.error(
       { ...log, attempts: failure.attempts, status: failure.httpStatus, error: failure.error },
       'event dead-lettered',
@@ -342,7 +343,7 @@ async function settleFailure(
     }
     return { ...NOTHING, dead: 1 }
   }
-  await scheduleRetry(options.db, options.schema, failure, decision.delayMs)
+  await scheduleRetry(options, { failure, delayMs: decision.delayMs })
   options.logger.info(
     {
       ...log,

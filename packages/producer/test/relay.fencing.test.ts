@@ -144,15 +144,17 @@ describe('claims, leases and fencing', () => {
       error: 'late',
       attemptedAt: now,
     }
-    expect(await scheduleRetry(t.db, 'public', failure, 60_000)).toBe(false)
-    expect(await deadLetterHead(t.db, 'public', failure, 'block')).toBe(false)
+    const sqlContext = { db: t.db, schema: 'public' }
+    expect(await scheduleRetry(sqlContext, { failure, delayMs: 60_000 })).toBe(false)
+    expect(await deadLetterHead(sqlContext, { failure, onExhausted: 'block' })).toBe(false)
     expect(
-      await parkLane(
-        t.db,
-        'public',
-        { claimToken: late!.claimToken, id: events[0]!.id, error: 'late', attemptedAt: now },
-        60_000,
-      ),
+      await parkLane(sqlContext, {
+        claimToken: late!.claimToken,
+        id: events[0]!.id,
+        error: 'late',
+        attemptedAt: now,
+        delayMs: 60_000,
+      }),
     ).toBe(false)
 
     const rows = await t.db
