@@ -33,7 +33,8 @@ export async function redriveDead(
     .selectFrom('outbox')
     .select(['aggregate_type', 'aggregate_id'])
     .distinct()
-    .where('status', '=', 'dead')
+    // A literal, as the partial index on dead rows is written: its predicate is then provable in any plan.
+    .where('status', '=', sql.lit('dead'))
   if (eventIds !== 'all') deadKeys = deadKeys.where(sql<boolean>`event_id = ANY(${eventIds}::uuid[])`)
   const keys: { aggregate_type: string; aggregate_id: string }[] = await deadKeys.execute()
   if (keys.length === 0) return []
