@@ -483,10 +483,8 @@ export class Relay {
     } finally {
       this.#claiming = false
     }
-    for (const lane of result.lanes) {
-      this.#heldBytes += lane.heldBytes
-      reportTakeover(this.#context, lane)
-    }
+    for (const lane of result.lanes) this.#heldBytes += lane.heldBytes
+    for (const lane of result.lanes) reportTakeover(this.#context, lane)
     return result
   }
 
