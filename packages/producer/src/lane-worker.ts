@@ -1,6 +1,6 @@
 import { spliceEnvelope } from '@outbox/protocol'
 import type { DeliveryOutcome, WebhookSender } from './delivery.js'
-import type { EventRef, RelayEvents } from './events.js'
+import type { EventRef, RelayEventMap, RelayEvents } from './events.js'
 import type { MarkBuffer } from './mark-buffer.js'
 import { type EndpointEvent, LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
 import { conflictParkDelay, decideAfterFailure } from './retry-policy.js'
@@ -36,6 +36,8 @@ export interface LaneContext {
   readonly holdBytes: (bytes: number) => void
   /** Gives bytes counted by {@link LaneContext.holdBytes} back, once the lane that read them is done with them. */
   readonly freeBytes: (bytes: number) => void
+  /** Logs a failure the relay retries by itself and emits it as `relay:error`. */
+  readonly reportError: (error: unknown, during: RelayEventMap['relay:error']['during']) => void
 }
 
 /** Why the head of a charged takeover failed: its request was under way when the previous claim expired. */
@@ -83,7 +85,9 @@ export function reportTakeover(ctx: LaneContext, lane: ClaimedLane): void {
 }
 
 /**
- * Delivers one claimed lane in sequence order, one request at a time, and hands the lane back.
+ * Delivers one claimed lane in sequence order, one request at a time, and hands the lane back. Never rejects: when
+ * the database fails under it mid-lane, that is reported (`relay:error`, during `outcome`) and the lane is left to
+ * its lease, which expires so that another claim takes over.
  *
  * The lane stops at its first failure (nothing behind a failed head is sent); a request is never started unless
  * the lease still covers its whole timeout; 2xx marks go to the batch buffer and the release is queued behind
@@ -95,6 +99,15 @@ export function reportTakeover(ctx: LaneContext, lane: ClaimedLane): void {
  * first request, which is what lets the next takeover tell a started lane from one only claimed.
  */
 export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<LaneResult> {
+  try {
+    return await deliverClaimed(ctx, lane)
+  } catch (error) {
+    ctx.reportError(error, 'outcome')
+    return NOTHING
+  }
+}
+
+async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<LaneResult> {
   const head = lane.events[0]
   if (!head) {
     // Its events were delivered by the previous owner between our claim and our read: just hand it back.

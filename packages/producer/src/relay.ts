@@ -171,6 +171,7 @@ export class Relay {
       freeBytes: (bytes) => {
         this.#heldBytes -= bytes
       },
+      reportError: (error, during) => this.#reportError(error, during),
     }
     testHooks.set(this, {
       startStepping: async () => {
@@ -436,7 +437,7 @@ export class Relay {
       if (!lane) return
       const work = this.#deliver(lane)
       this.#active.add(work)
-      // #deliver never rejects: every failure ends as an outcome.
+      // deliverLane never rejects: every failure ends as an outcome or a relay:error.
       void work.then((result) => {
         this.#active.delete(work)
         this.#startReady()
@@ -491,10 +492,6 @@ export class Relay {
   async #deliver(lane: ClaimedLane): Promise<LaneResult> {
     try {
       return await deliverLane(this.#context, lane)
-    } catch (error) {
-      // The database failed under us mid-lane; the lease will expire and another claim takes over.
-      this.#reportError(error, 'outcome')
-      return { delivered: 0, failed: 0, dead: 0 }
     } finally {
       this.#heldBytes -= lane.heldBytes
     }
