@@ -60,9 +60,10 @@ type LaneInProgress = Omit<ClaimedLane, 'events' | 'heldBytes'> & { events: Lane
 
 /**
  * Claims up to `lanes` free lanes whose head is due, under a fresh token and a lease in DATABASE time, and reads
- * each one's head and the rows behind it — one call of the schema's `outbox_claim_lanes`, whose plans PostgreSQL keeps per connection. Each
- * lane comes back mapped, once, into the {@link ClaimedLane} the relay keeps: its events, the bytes they hold and
- * the relay-clock times around the call (`clock.now()` before it is sent and after it returns).
+ * each one's head and the rows behind it — one call of the schema's `outbox_claim_lanes`, whose plans PostgreSQL
+ * keeps per connection. Each lane comes back mapped, once, into the {@link ClaimedLane} the relay keeps: its
+ * events, the bytes they hold and the relay-clock times around the call (`clock.now()` before it is sent and after
+ * it returns).
  *
  * Shape of the claim, and the races it closes:
  * - Candidates come from the due index (`available_at <= now()` over pending rows), skipping rows of lanes under
