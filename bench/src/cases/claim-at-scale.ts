@@ -114,14 +114,14 @@ async function claimLoop(db: Kysely<any>, count: number): Promise<number[]> {
   for (let i = 0; i < count; i++) {
     const t0 = now()
     const { lanes: rows } = await claimLanes(
-      { db: db, schema: 'public' },
+      { db, schema: 'public' },
       {
-        clock: systemClock,
         lanes: LANES,
         leaseMs: 60_000,
         scanRows: SCAN_ROWS,
         batchSize: BATCH,
         maxBytes: DEFAULT_MAX_BUFFERED_BYTES,
+        clock: systemClock,
       },
     )
     latencies.push(now() - t0)

@@ -128,12 +128,12 @@ describe('checkIntegrity on legitimate states', () => {
     const { lanes: claimed } = await claimLanes(
       { db: t.db, schema: 'public' },
       {
-        clock: systemClock,
         lanes: 10,
         leaseMs: 60_000,
         scanRows: 256,
         batchSize: 10,
         maxBytes: 1 << 30,
+        clock: systemClock,
       },
     )
     expect(claimed.map((claim) => claim.aggregateId)).toEqual(['leased'])

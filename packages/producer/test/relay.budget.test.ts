@@ -51,12 +51,12 @@ describe('byte budget of a claim', () => {
           const { lanes, budgetFull } = await claimLanes(
             { db: t.db, schema: 'public' },
             {
-              clock: systemClock,
               lanes: 10,
               leaseMs: 60_000,
               scanRows: 256,
               batchSize: 10,
               maxBytes,
+              clock: systemClock,
             },
           )
           const rows = lanes.flatMap((lane) => lane.events)
@@ -91,12 +91,12 @@ describe('byte budget of a claim', () => {
     } = await claimLanes(
       { db: t.db, schema: 'public' },
       {
-        clock: systemClock,
         lanes: 1,
         leaseMs: 60_000,
         scanRows: 256,
         batchSize: 2,
         maxBytes: 10_000,
+        clock: systemClock,
       },
     )
     const next = (maxBytes: number) =>
