@@ -325,7 +325,7 @@ export class LaneSystem {
     const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx)
     const held: HeldTransaction = { kind: 'redrive', trx, pid: rows[0]!.pid, work: Promise.resolve() }
     held.work = this.#inBackground('redrive', held.pid, async () => {
-      held.revived = await redriveDead(trx, 'public', ids)
+      held.revived = await redriveDead({ db: trx, schema: 'public' }, { eventIds: ids })
     })
     this.#held.push(held)
     await this.settle()

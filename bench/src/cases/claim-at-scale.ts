@@ -3,6 +3,7 @@ import { Kysely, PostgresDialect, sql } from 'kysely'
 import pg from 'pg'
 // A micro-benchmark of the claim itself (claim and first read, one function call), below the public API (the
 // claim is not exported; runOnce would add HTTP and marks to what is timed).
+import { systemClock } from '../../../packages/producer/src/runtime.js'
 import { claimLanes } from '../../../packages/producer/src/sql/claim-lanes.js'
 import type { BenchContext } from '../support/context.js'
 import { installOutbox } from '../support/outbox.js'
@@ -112,13 +113,17 @@ async function claimLoop(db: Kysely<any>, count: number): Promise<number[]> {
   const latencies: number[] = []
   for (let i = 0; i < count; i++) {
     const t0 = now()
-    const { lanes: rows } = await claimLanes(db, 'public', {
-      lanes: LANES,
-      leaseMs: 60_000,
-      scanRows: SCAN_ROWS,
-      batchSize: BATCH,
-      maxBytes: DEFAULT_MAX_BUFFERED_BYTES,
-    })
+    const { lanes: rows } = await claimLanes(
+      { db, schema: 'public' },
+      {
+        lanes: LANES,
+        leaseMs: 60_000,
+        scanRows: SCAN_ROWS,
+        batchSize: BATCH,
+        maxBytes: DEFAULT_MAX_BUFFERED_BYTES,
+        clock: systemClock,
+      },
+    )
     latencies.push(now() - t0)
     if (rows.length !== LANES) throw new Error(`claimed ${rows.length} lanes, expected ${LANES}`)
     const tokens = rows.map((row) => row.claimToken)

@@ -16,19 +16,16 @@ export interface JsonPoster {
  */
 export function createJsonPoster(connections: number): JsonPoster {
   const agent = new Agent({ connections, keepAliveTimeout: 30_000, pipelining: 1 })
-  const untracked = () => () => {}
+  const transport = { dispatcher: agent, timeoutMs: 10_000, clock: systemClock, track: () => () => {} }
   let lastUrl: { text: string; parsed: URL } | undefined
   return {
     async post(url, body, headers = {}) {
       if (lastUrl?.text !== url) lastUrl = { text: url, parsed: new URL(url) }
       const response = await postWebhook(
-        agent,
+        transport,
         lastUrl.parsed,
         { 'content-type': 'application/json', ...headers },
         body,
-        10_000,
-        systemClock,
-        untracked,
       )
       if (response.kind !== 'answered') {
         throw response.kind === 'network error' ? response.error : new Error(`request ${response.kind}`)

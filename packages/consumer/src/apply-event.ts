@@ -83,7 +83,7 @@ export type ApplyEvent = <TData>(
 export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
   const { sequence: policy, firstSequence, schema } = options
   const recordEvent =
-    policy === 'off' ? undefined : prepareRecordEvent(options.db, schema, policy, firstSequence)
+    policy === 'off' ? undefined : prepareRecordEvent(options.db, { schema, policy, firstSequence })
 
   return async (event, handler, req) => {
     try {

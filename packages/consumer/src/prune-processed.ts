@@ -147,7 +147,7 @@ export async function pruneProcessed(
   let removed = 0
   for (let batch = 0; batch < maxBatches; batch++) {
     if (batch > 0 && pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs))
-    const deleted = await deleteProcessedBatch(own, retentionMs, batchSize)
+    const deleted = await deleteProcessedBatch(own, { retentionMs, batchSize })
     removed += deleted
     if (deleted < batchSize) return { removed, caughtUp: true }
   }

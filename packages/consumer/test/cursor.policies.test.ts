@@ -211,7 +211,7 @@ describe('judgeSequence (the policy table)', () => {
             .values({ aggregate_type: 'property', aggregate_id: aggregateId, last_sequence: c })
             .execute()
         }
-        const recordEvent = prepareRecordEvent(t.db, undefined, policy, first)
+        const recordEvent = prepareRecordEvent(t.db, { schema: undefined, policy, firstSequence: first })
         const event = makeEvent({ aggregateType: 'property', aggregateId, sequence: s })
         const result = await recordEvent(t.db, event, initialCursor(policy, first, s))
 
@@ -226,7 +226,11 @@ describe('judgeSequence (the policy table)', () => {
   })
 
   it('outbox_record_event refuses a policy it does not know instead of judging with it', async () => {
-    const recordEvent = prepareRecordEvent(t.db, undefined, 'sideways' as 'strict', 1)
+    const recordEvent = prepareRecordEvent(t.db, {
+      schema: undefined,
+      policy: 'sideways' as 'strict',
+      firstSequence: 1,
+    })
     const event = makeEvent({ aggregateId: 'unknown-policy' })
     await expect(recordEvent(t.db, event, 0)).rejects.toMatchObject({ code: '22023' })
     expect(await recorded(t.db, event)).toEqual({ processed: 0, effects: 0, cursor: undefined })

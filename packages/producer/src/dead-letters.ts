@@ -56,7 +56,10 @@ export async function listDeadLetters(
       `limit must be a positive integer, got ${options.limit}`,
     )
   }
-  const rows = await selectDeadLetters(db, resolveSchema(options.schema), limit, decodeCursor(options.after))
+  const rows = await selectDeadLetters(
+    { db, schema: resolveSchema(options.schema) },
+    { limit, after: decodeCursor(options.after) },
+  )
   return rows.map((row) => ({
     eventId: row.event_id,
     aggregateType: row.aggregate_type,
@@ -104,7 +107,7 @@ async function redriveRetryingDeadlocks(
 ): Promise<string[]> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await db.transaction().execute((trx) => redriveDead(trx, schema, ids))
+      return await db.transaction().execute((trx) => redriveDead({ db: trx, schema }, { eventIds: ids }))
     } catch (error) {
       if ((error as { code?: unknown }).code !== '40P01' || attempt > DEADLOCK_RETRIES) throw error
     }

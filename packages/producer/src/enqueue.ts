@@ -3,7 +3,6 @@ import type { Transaction } from 'kysely'
 import { OutboxError } from './errors.js'
 import { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput, validateEvent } from './event-input.js'
 import { notifyChannel, resolveSchema } from './schema-name.js'
-import { withCurrentSchema } from './schema-outdated.js'
 import { type EnqueuedEvent, insertEvent } from './sql/insert-event.js'
 import { insertEvents } from './sql/insert-events.js'
 
@@ -67,8 +66,9 @@ export async function enqueue<TPayload>(
   assertTransaction(trx)
   const resolved = resolveEnqueueOptions(options)
   const validated = validateEvent(event, resolved.maxPayloadBytes)
-  return await withCurrentSchema(resolved.schema, () =>
-    insertEvent(trx, resolved.schema, validated, randomUUID(), resolved.channel),
+  return await insertEvent(
+    { db: trx, schema: resolved.schema },
+    { event: validated, eventId: randomUUID(), channel: resolved.channel },
   )
 }
 
@@ -104,14 +104,9 @@ export async function enqueueMany<TPayload>(
   }
   if (events.length === 0) return []
   const validated = events.map((event, index) => validateEvent(event, resolved.maxPayloadBytes, index))
-  return await withCurrentSchema(resolved.schema, () =>
-    insertEvents(
-      trx,
-      resolved.schema,
-      validated,
-      validated.map(() => randomUUID()),
-      resolved.channel,
-    ),
+  return await insertEvents(
+    { db: trx, schema: resolved.schema },
+    { events: validated, eventIds: validated.map(() => randomUUID()), channel: resolved.channel },
   )
 }
 

@@ -6,7 +6,6 @@ export {
   type RedriveResult,
   redrive,
 } from './dead-letters.js'
-export { buildBody, type DeliveryOutcome } from './delivery.js'
 export { type Duration, parseDuration } from './duration.js'
 export { type EnqueuedEvent, type EnqueueOptions, enqueue, enqueueMany } from './enqueue.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'

@@ -107,8 +107,8 @@ export async function checkIntegrity(
   const overdueMs = positive(options.overdueAfterMs, DEFAULT_OVERDUE_AFTER_MS, 'overdueAfterMs')
   const limit = positive(options.limit, 100, 'limit')
   const [violations, overdue] = await Promise.all([
-    findViolations(db, schema, { maxLeaseMs, limit }),
-    findOverdueHeads(db, schema, { overdueMs, limit }),
+    findViolations({ db, schema }, { maxLeaseMs, limit }),
+    findOverdueHeads({ db, schema }, { overdueMs, limit }),
   ])
   return {
     ok: violations.length === 0,
@@ -199,7 +199,7 @@ export async function repairIntegrity(
   }
   const lanes: LaneRepairResult[] = []
   for (const lane of byLane.values()) {
-    const repair = await db.transaction().execute((trx) => repairLane(trx, schema, lane))
+    const repair = await db.transaction().execute((trx) => repairLane({ db: trx, schema }, lane))
     lanes.push({ ...repair, ...lane })
   }
   return { lanes, after: await checkIntegrity(db, options) }

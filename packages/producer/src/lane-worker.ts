@@ -1,31 +1,17 @@
-import { buildBody, type DeliveryOutcome, type WebhookSender } from './delivery.js'
-import type { EventRef, RelayEvents } from './events.js'
+import { spliceEnvelope } from '@outbox/protocol'
+import type { DeliveryOutcome, WebhookSender } from './delivery.js'
+import type { EventRef, RelayEventMap, RelayEvents } from './events.js'
 import type { MarkBuffer } from './mark-buffer.js'
 import { type EndpointEvent, LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
 import { conflictParkDelay, decideAfterFailure } from './retry-policy.js'
 import type { RelayRuntime } from './runtime.js'
-import type { ClaimedLaneRow } from './sql/claim-lanes.js'
+import type { ClaimedLane, LaneEvent } from './sql/claimed-lane.js'
 import { deadLetterHead } from './sql/dead-letter-head.js'
 import type { FailedAttempt } from './sql/failed-attempt.js'
 import { markStarted } from './sql/mark-started.js'
 import { parkLane } from './sql/park-lane.js'
 import { scheduleRetry } from './sql/schedule-retry.js'
-import { type LaneEventRow, selectLaneEvents } from './sql/select-lane-events.js'
-
-/** A lane this relay owns, with the events read for it. */
-export interface ClaimedLane extends ClaimedLaneRow {
-  /** Clock time (the relay's monotonic clock) when the claim was sent: no later than the database's lease start. */
-  readonly claimedAt: number
-  /**
-   * Clock time when the claim's answer arrived: no earlier than the database's `now()` that measured each row's
-   * failing time, so the time elapsed since can only be underestimated (a give-up is never early).
-   */
-  readonly readAt: number
-  /** Clock time after which the lease may be gone: `claimedAt + leaseMs`. */
-  readonly deadline: number
-  /** Payload bytes read for this lane so far (its claim and later batches), held against the relay's budget. */
-  heldBytes: number
-}
+import { selectLaneEvents } from './sql/select-lane-events.js'
 
 /** What delivering one lane did. */
 export interface LaneResult {
@@ -46,15 +32,19 @@ export interface LaneContext {
   readonly abort: AbortSignal
   /** Payload bytes the relay may still read before its buffer budget is spent. */
   readonly bytesLeft: () => number
-  /** Counts bytes read for a lane against the budget (given back when the lane finishes). */
-  readonly hold: (lane: ClaimedLane, bytes: number) => void
+  /** Counts bytes a lane read past its claim against the budget. */
+  readonly holdBytes: (bytes: number) => void
+  /** Gives bytes counted by {@link LaneContext.holdBytes} back, once the lane that read them is done with them. */
+  readonly freeBytes: (bytes: number) => void
+  /** Logs a failure the relay retries by itself and emits it as `relay:error`. */
+  readonly reportError: (error: unknown, during: RelayEventMap['relay:error']['during']) => void
 }
 
 /** Why the head of a charged takeover failed: its request was under way when the previous claim expired. */
 export const TAKEOVER_ERROR =
   'the previous claim expired while its request was under way (the relay crashed or hung on it)'
 
-function toEvent(row: LaneEventRow): EndpointEvent {
+function toEvent(row: LaneEvent): EndpointEvent {
   return {
     eventId: row.eventId,
     type: row.eventType,
@@ -65,7 +55,7 @@ function toEvent(row: LaneEventRow): EndpointEvent {
   }
 }
 
-function refOf(row: LaneEventRow): EventRef {
+function refOf(row: LaneEvent): EventRef {
   return {
     eventId: row.eventId,
     eventType: row.eventType,
@@ -78,7 +68,26 @@ function refOf(row: LaneEventRow): EventRef {
 const NOTHING: LaneResult = Object.freeze({ delivered: 0, failed: 0, dead: 0 })
 
 /**
- * Delivers one claimed lane in sequence order, one request at a time, and hands the lane back.
+ * Reports a lane claimed over an expired claim (`lane:takeover`) as soon as its claim returns, with the attempt the
+ * takeover charges its head when a request of it was under way; {@link deliverLane} settles that charge. A lane
+ * whose events were all delivered meanwhile is not reported.
+ */
+export function reportTakeover(ctx: LaneContext, lane: ClaimedLane): void {
+  const head = lane.events[0]
+  if (!lane.takenOver || !head) return
+  ctx.events.emit('lane:takeover', {
+    aggregateType: lane.aggregateType,
+    aggregateId: lane.aggregateId,
+    eventId: head.eventId,
+    charged: lane.charged,
+    attempts: head.attempts + (lane.charged ? 1 : 0),
+  })
+}
+
+/**
+ * Delivers one claimed lane in sequence order, one request at a time, and hands the lane back. Never rejects: when
+ * the database fails under it mid-lane, that is reported (`relay:error`, during `outcome`) and the lane is left to
+ * its lease, which expires so that another claim takes over.
  *
  * The lane stops at its first failure (nothing behind a failed head is sent); a request is never started unless
  * the lease still covers its whole timeout; 2xx marks go to the batch buffer and the release is queued behind
@@ -90,6 +99,15 @@ const NOTHING: LaneResult = Object.freeze({ delivered: 0, failed: 0, dead: 0 })
  * first request, which is what lets the next takeover tell a started lane from one only claimed.
  */
 export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<LaneResult> {
+  try {
+    return await deliverClaimed(ctx, lane)
+  } catch (error) {
+    ctx.reportError(error, 'outcome')
+    return NOTHING
+  }
+}
+
+async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<LaneResult> {
   const head = lane.events[0]
   if (!head) {
     // Its events were delivered by the previous owner between our claim and our read: just hand it back.
@@ -107,7 +125,7 @@ export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<
     }
     return await settleFailure(ctx, lane, head, failure, lane.readAt, undefined)
   }
-  if (lane.watchStarts && !(await markStarted(ctx.options.db, ctx.options.schema, lane.claimToken))) {
+  if (lane.watchStarts && !(await markStarted(ctx.options, { claimToken: lane.claimToken }))) {
     // The claim is no longer ours (its lease ran out before we started): nothing to send, nothing to release.
     return NOTHING
   }
@@ -124,36 +142,45 @@ type RowStep = { readonly next: 'row' } | { readonly next: 'hand back' } | { rea
 
 /**
  * Sends the lane's rows batch after batch until one is not answered 2xx, the lease or the slice runs short, or
- * the relay stops. `settled` when a failure's outcome released the lane.
+ * the relay stops. `settled` when a failure's outcome released the lane. The bytes of the batches it reads past
+ * the claim count against the relay's budget until it returns (the claim's own bytes are the relay's to give back).
  */
 async function deliverInOrder(
   ctx: LaneContext,
   lane: ClaimedLane,
 ): Promise<{ result: LaneResult; settled: boolean }> {
   let delivered = 0
-  let batch: readonly LaneEventRow[] = lane.events
+  let batch: readonly LaneEvent[] = lane.events
   // Clock time the current batch's read returned: its rows' failing times were measured before it.
   let readAt = lane.readAt
-  while (batch.length > 0) {
-    for (const row of batch) {
-      const step = await deliverRow(ctx, lane, row, readAt, delivered)
-      if ('settled' in step) {
-        return { result: { ...step.settled, delivered: delivered + step.settled.delivered }, settled: true }
+  let readBytes = 0
+  try {
+    while (batch.length > 0) {
+      for (const row of batch) {
+        const step = await deliverRow(ctx, lane, row, readAt, delivered)
+        if ('settled' in step) {
+          return { result: { ...step.settled, delivered: delivered + step.settled.delivered }, settled: true }
+        }
+        if (step.next === 'hand back') return { result: { ...NOTHING, delivered }, settled: false }
+        delivered += 1
       }
-      if (step.next === 'hand back') return { result: { ...NOTHING, delivered }, settled: false }
-      delivered += 1
+      batch = await nextBatch(ctx, lane, batch)
+      readAt = ctx.runtime.clock.now()
+      const bytes = batch.reduce((sum, row) => sum + row.payloadBytes, 0)
+      readBytes += bytes
+      ctx.holdBytes(bytes)
     }
-    batch = await nextBatch(ctx, lane, batch)
-    readAt = ctx.runtime.clock.now()
+    return { result: { ...NOTHING, delivered }, settled: false }
+  } finally {
+    ctx.freeBytes(readBytes)
   }
-  return { result: { ...NOTHING, delivered }, settled: false }
 }
 
 /** Sends one row and records its outcome: a 2xx is marked, any other answer settles the lane. */
 async function deliverRow(
   ctx: LaneContext,
   lane: ClaimedLane,
-  row: LaneEventRow,
+  row: LaneEvent,
   readAt: number,
   deliveredBefore: number,
 ): Promise<RowStep> {
@@ -169,7 +196,7 @@ async function deliverRow(
   let outcome: DeliveryOutcome
   try {
     const url = options.endpoint(event)
-    outcome = await sender.send(url, event, buildBody(event, row.payload), ctx.abort)
+    outcome = await sender.send(url, event, spliceEnvelope(event, row.payload), ctx.abort)
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
   }
@@ -208,12 +235,13 @@ async function deliverRow(
   if (deliveredBefore > 0) await ctx.marks.flush()
   if (outcome.kind === 'conflict') {
     const parkMs = conflictParkDelay(options.retrySchedule, lane.conflictCount + 1, runtime.random)
-    await parkLane(
-      options.db,
-      options.schema,
-      { claimToken: lane.claimToken, id: row.id, error: outcome.error, attemptedAt },
-      parkMs,
-    )
+    await parkLane(options, {
+      claimToken: lane.claimToken,
+      id: row.id,
+      error: outcome.error,
+      attemptedAt,
+      delayMs: parkMs,
+    })
     options.logger.warn(
       { ...log, eventId: row.eventId, sequence: row.sequence },
       'consumer answered 409; lane parked',
@@ -248,8 +276,8 @@ const LANE_SLICE_MS = 1000
 async function nextBatch(
   ctx: LaneContext,
   lane: ClaimedLane,
-  batch: readonly LaneEventRow[],
-): Promise<LaneEventRow[]> {
+  batch: readonly LaneEvent[],
+): Promise<readonly LaneEvent[]> {
   const { options, runtime } = ctx
   if (batch.length < options.batchSize || ctx.stopping()) return []
   if (runtime.clock.now() - lane.claimedAt > LANE_SLICE_MS) return []
@@ -258,17 +286,12 @@ async function nextBatch(
   const last = batch[batch.length - 1]!
   try {
     // Fenced by the token, and after the last row sent: its marks may still be in the buffer, not yet written.
-    const rows = await selectLaneEvents(options.db, options.schema, {
+    return await selectLaneEvents(options, {
       claimToken: lane.claimToken,
       afterSequence: last.sequence,
       batchSize: options.batchSize,
       maxBytes: bytesLeft,
     })
-    ctx.hold(
-      lane,
-      rows.reduce((sum, row) => sum + row.payloadBytes, 0),
-    )
-    return rows
   } catch (error) {
     options.logger.warn(
       { err: error, lane: `${lane.aggregateType}:${lane.aggregateId}` },
@@ -289,7 +312,7 @@ async function nextBatch(
 async function settleFailure(
   ctx: LaneContext,
   lane: ClaimedLane,
-  row: LaneEventRow,
+  row: LaneEvent,
   failure: FailedAttempt,
   readAt: number,
   retryAfterMs: number | undefined,
@@ -310,7 +333,7 @@ async function settleFailure(
     runtime.random,
   )
   if (decision.kind === 'dead') {
-    await deadLetterHead(options.db, options.schema, failure, options.onExhausted)
+    await deadLetterHead(options, { failure, onExhausted: options.onExhausted })
     options.logger.error(
       { ...log, attempts: failure.attempts, status: failure.httpStatus, error: failure.error },
       'event dead-lettered',
@@ -333,7 +356,7 @@ async function settleFailure(
     }
     return { ...NOTHING, dead: 1 }
   }
-  await scheduleRetry(options.db, options.schema, failure, decision.delayMs)
+  await scheduleRetry(options, { failure, delayMs: decision.delayMs })
   options.logger.info(
     {
       ...log,

@@ -1,4 +1,5 @@
 import pg from 'pg'
+import { backoffMs } from './backoff.js'
 import type { Logger } from './logger.js'
 
 /**
@@ -116,11 +117,11 @@ export class Listener {
   #scheduleRetry(error: unknown): void {
     if (this.#stopped) return
     this.#failures += 1
-    const base = Math.min(
-      LISTEN_MAX_BACKOFF_MS,
-      LISTEN_MIN_BACKOFF_MS * 2 ** Math.min(this.#failures - 1, 16),
-    )
-    const delay = Math.round(base * (0.5 + Math.random()))
+    const delay = backoffMs(this.#failures - 1, {
+      baseMs: LISTEN_MIN_BACKOFF_MS,
+      maxMs: LISTEN_MAX_BACKOFF_MS,
+      jitter: 0.5,
+    })
     this.logger.warn(
       { channel: this.channel, err: error, retryInMs: delay },
       'LISTEN connection lost; polling until it is back',

@@ -1,7 +1,22 @@
+import { backoffMs } from './backoff.js'
 import { type Clock, sleep, systemClock } from './runtime.js'
 import type { LaneRelease, SentMark } from './sql/mark-sent.js'
 
 type Writer = (marks: readonly SentMark[], releases: readonly LaneRelease[]) => Promise<void>
+
+/** What a {@link MarkBuffer} writes with, and when. */
+export interface MarkBufferOptions {
+  /** Writes one batch of marks and releases (one statement). */
+  readonly write: Writer
+  /** Told of every failed write; the batch is retried after a backoff. */
+  readonly onError: (error: unknown) => void
+  /** How long marks alone may wait for company. @defaultValue 20 */
+  readonly delayMs?: number
+  /** Marks that start a write at once. @defaultValue 1000 */
+  readonly maxBatch?: number
+  /** @defaultValue systemClock */
+  readonly clock?: Clock
+}
 
 /**
  * Collects 2xx marks and lane releases and writes them in batches: one statement per flush instead of one
@@ -23,18 +38,24 @@ export class MarkBuffer {
   #failures = 0
   #abandoned = false
 
-  constructor(
-    private readonly write: Writer,
-    private readonly onError: (error: unknown) => void,
-    private readonly delayMs = 20,
-    private readonly maxBatch = 1000,
-    private readonly clock: Clock = systemClock,
-  ) {}
+  readonly #write: Writer
+  readonly #onError: (error: unknown) => void
+  readonly #delayMs: number
+  readonly #maxBatch: number
+  readonly #clock: Clock
+
+  constructor(options: MarkBufferOptions) {
+    this.#write = options.write
+    this.#onError = options.onError
+    this.#delayMs = options.delayMs ?? 20
+    this.#maxBatch = options.maxBatch ?? 1000
+    this.#clock = options.clock ?? systemClock
+  }
 
   /** Queues a 2xx mark. */
   mark(mark: SentMark): void {
     this.#marks.push(mark)
-    this.#schedule(this.#marks.length >= this.maxBatch ? 0 : this.delayMs)
+    this.#schedule(this.#marks.length >= this.#maxBatch ? 0 : this.#delayMs)
   }
 
   /**
@@ -84,14 +105,14 @@ export class MarkBuffer {
         this.#running = undefined
         // Releases and flush() callers queued during that write go at once; marks alone may wait for company.
         const urgent = this.#failures > 0 || this.#releases.length > 0 || this.#waiters.length > 0
-        if (this.#marks.length > 0 || this.#releases.length > 0) this.#schedule(urgent ? 0 : this.delayMs)
+        if (this.#marks.length > 0 || this.#releases.length > 0) this.#schedule(urgent ? 0 : this.#delayMs)
         else for (const resolve of this.#waiters.splice(0)) resolve()
       })
     }
     // "At once" is the next turn of the event loop, whatever the clock: releases of lanes finishing together then
     // share one write.
     this.#timer =
-      delayMs > 0 ? { delayed: this.clock.setTimeout(start, delayMs) } : { immediate: setImmediate(start) }
+      delayMs > 0 ? { delayed: this.#clock.setTimeout(start, delayMs) } : { immediate: setImmediate(start) }
   }
 
   #cancelTimer(): void {
@@ -99,7 +120,7 @@ export class MarkBuffer {
     this.#timer = undefined
     if (timer === undefined) return
     if ('immediate' in timer) clearImmediate(timer.immediate)
-    else this.clock.clearTimeout(timer.delayed)
+    else this.#clock.clearTimeout(timer.delayed)
   }
 
   async #run(): Promise<void> {
@@ -114,11 +135,11 @@ export class MarkBuffer {
       return
     }
     try {
-      await this.write(marks, releases)
+      await this.#write(marks, releases)
       this.#failures = 0
       for (const resolve of waiters) resolve()
     } catch (error) {
-      this.onError(error)
+      this.#onError(error)
       this.#failures += 1
       if (this.#abandoned) {
         for (const resolve of waiters) resolve()
@@ -128,7 +149,7 @@ export class MarkBuffer {
       this.#marks = marks.concat(this.#marks)
       this.#releases = releases.concat(this.#releases)
       this.#waiters = waiters.concat(this.#waiters)
-      await sleep(this.clock, Math.min(5000, 50 * 2 ** Math.min(this.#failures, 7)))
+      await sleep(this.#clock, backoffMs(this.#failures, { baseMs: 50, maxMs: 5000 }))
     }
   }
 }

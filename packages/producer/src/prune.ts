@@ -75,6 +75,7 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
   const maxBatches = positiveInteger(options.maxBatches, DEFAULT_PRUNE_MAX_BATCHES, 'maxBatches')
   const pauseMs = parseDuration(options.pauseMs ?? 0, 'pauseMs')
 
+  const sqlContext = { db, schema }
   let removed = 0
   let caughtUp = true
   const passes: ['sent' | 'dead', number][] = [['sent', retentionMs]]
@@ -83,14 +84,14 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
     let batches = 0
     for (;;) {
       if (options.signal?.aborted) return { removed, caughtUp: false }
-      const deleted = await deleteExpired(db, schema, status, keepMs, batchSize)
+      const deleted = await deleteExpired(sqlContext, { status, olderThanMs: keepMs, limit: batchSize })
       removed += deleted
       batches += 1
       options.onBatch?.({ status, removed: deleted })
       if (deleted < batchSize) break
       if (batches >= maxBatches) {
         // The budget ran out on a full batch: it finished only if nothing past retention is left.
-        if (await hasExpired(db, schema, status, keepMs)) caughtUp = false
+        if (await hasExpired(sqlContext, { status, olderThanMs: keepMs })) caughtUp = false
         break
       }
       if (pauseMs > 0) await pause(pauseMs, options.signal)

@@ -1,14 +1,15 @@
+import { backoffMs } from './backoff.js'
 import { WebhookSender } from './delivery.js'
 import { type RelayEventMap, RelayEvents, type RelayListener } from './events.js'
-import { type ClaimedLane, deliverLane, type LaneContext, type LaneResult } from './lane-worker.js'
+import { deliverLane, type LaneContext, type LaneResult, reportTakeover } from './lane-worker.js'
 import { Listener } from './listen.js'
 import { MarkBuffer } from './mark-buffer.js'
 import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
 import { type RelayRuntime, runtimeOf, sleep } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
-import { withCurrentSchema } from './schema-outdated.js'
-import { claimLanes } from './sql/claim-lanes.js'
+import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
+import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
 
 /** What one {@link Relay.runOnce} did. */
@@ -141,15 +142,10 @@ export class Relay {
       connections: this.#options.concurrency,
       clock: this.#runtime.clock,
     })
-    this.#marks = new MarkBuffer(
-      async (marks, releases) => {
+    this.#marks = new MarkBuffer({
+      write: async (marks, releases) => {
         const notifiedBefore = this.#notifications
-        const { released, releasedWithWork } = await markSentAndRelease(
-          this.#options.db,
-          this.#options.schema,
-          marks,
-          releases,
-        )
+        const { released, releasedWithWork } = await markSentAndRelease(this.#options, { marks, releases })
         // A released lane with pending rows is claimable now, and the claim loop may be waiting for a poll. The
         // count misses rows committed while the statement ran; their NOTIFY may have found the lane still leased,
         // so a NOTIFY received during the write wakes the loop too. Releasing lanes with nothing left wakes no one:
@@ -157,11 +153,9 @@ export class Relay {
         if (releasedWithWork > 0 || (released > 0 && this.#notifications !== notifiedBefore))
           this.#requestWake()
       },
-      (error) => this.#reportError(error, 'flush'),
-      undefined,
-      undefined,
-      this.#runtime.clock,
-    )
+      onError: (error) => this.#reportError(error, 'flush'),
+      clock: this.#runtime.clock,
+    })
     this.#context = {
       options: this.#options,
       runtime: this.#runtime,
@@ -171,10 +165,13 @@ export class Relay {
       stopping: () => this.#state === 'stopping',
       abort: this.#abort.signal,
       bytesLeft: () => this.#options.maxBufferedBytes - this.#heldBytes,
-      hold: (lane, bytes) => {
-        lane.heldBytes += bytes
+      holdBytes: (bytes) => {
         this.#heldBytes += bytes
       },
+      freeBytes: (bytes) => {
+        this.#heldBytes -= bytes
+      },
+      reportError: (error, during) => this.#reportError(error, during),
     }
     testHooks.set(this, {
       startStepping: async () => {
@@ -371,7 +368,10 @@ export class Relay {
       } catch (error) {
         errors += 1
         this.#reportError(error, 'claim')
-        await this.#idle(Math.min(30_000, pollIntervalMs * 2 ** Math.min(errors, 8)))
+        // At most eight doublings of the poll interval, and never more than 30 s.
+        await this.#idle(
+          backoffMs(errors, { baseMs: pollIntervalMs, maxMs: Math.min(30_000, pollIntervalMs * 2 ** 8) }),
+        )
         continue
       }
       if (this.#state !== 'running') break
@@ -424,9 +424,8 @@ export class Relay {
   #giveBack(lanes: readonly ClaimedLane[]): void {
     for (const lane of lanes) this.#heldBytes -= lane.heldBytes
     if (this.#crashed || lanes.length === 0) return
-    const { db, schema } = this.#options
     const releases = lanes.map((lane) => ({ claimToken: lane.claimToken, delivered: false }))
-    void markSentAndRelease(db, schema, [], releases).catch((error: unknown) =>
+    void markSentAndRelease(this.#options, { marks: [], releases }).catch((error: unknown) =>
       this.#reportError(error, 'flush'),
     )
   }
@@ -438,7 +437,7 @@ export class Relay {
       if (!lane) return
       const work = this.#deliver(lane)
       this.#active.add(work)
-      // #deliver never rejects: every failure ends as an outcome.
+      // deliverLane never rejects: every failure ends as an outcome or a relay:error.
       void work.then((result) => {
         this.#active.delete(work)
         this.#startReady()
@@ -468,55 +467,31 @@ export class Relay {
     })
   }
 
-  async #claim(
-    lanes: number,
-    maxBytes: number,
-  ): Promise<{ lanes: ClaimedLane[]; windowFull: boolean; budgetFull: boolean }> {
-    const { db, schema, leaseMs, batchSize } = this.#options
-    // Taken before the claim is sent: the local deadline can only be earlier than the database's.
-    const claimedAt = this.#runtime.clock.now()
+  async #claim(lanes: number, maxBytes: number): Promise<ClaimResult> {
+    const { leaseMs, batchSize } = this.#options
     this.#claiming = true
-    let result: Awaited<ReturnType<typeof claimLanes>>
+    let result: ClaimResult
     try {
-      result = await withCurrentSchema(schema, () =>
-        claimLanes(db, schema, {
-          lanes,
-          leaseMs,
-          scanRows: Math.max(lanes * SCAN_ROWS_PER_LANE, 256),
-          batchSize,
-          maxBytes,
-        }),
-      )
+      // The resolved options are the SQL context (db, schema): nothing is built per claim.
+      result = await claimLanes(this.#options, {
+        lanes,
+        leaseMs,
+        scanRows: Math.max(lanes * SCAN_ROWS_PER_LANE, 256),
+        batchSize,
+        maxBytes,
+        clock: this.#runtime.clock,
+      })
     } finally {
       this.#claiming = false
     }
-    const readAt = this.#runtime.clock.now()
-    const claimed = result.lanes.map((row): ClaimedLane => {
-      const heldBytes = row.events.reduce((sum, event) => sum + event.payloadBytes, 0)
-      this.#heldBytes += heldBytes
-      return { ...row, claimedAt, readAt, deadline: claimedAt + leaseMs, heldBytes }
-    })
-    for (const lane of claimed) {
-      const head = lane.events[0]
-      if (!lane.takenOver || !head) continue
-      this.#events.emit('lane:takeover', {
-        aggregateType: lane.aggregateType,
-        aggregateId: lane.aggregateId,
-        eventId: head.eventId,
-        charged: lane.charged,
-        attempts: head.attempts + (lane.charged ? 1 : 0),
-      })
-    }
-    return { lanes: claimed, windowFull: result.windowFull, budgetFull: result.budgetFull }
+    for (const lane of result.lanes) this.#heldBytes += lane.heldBytes
+    for (const lane of result.lanes) reportTakeover(this.#context, lane)
+    return result
   }
 
   async #deliver(lane: ClaimedLane): Promise<LaneResult> {
     try {
       return await deliverLane(this.#context, lane)
-    } catch (error) {
-      // The database failed under us mid-lane; the lease will expire and another claim takes over.
-      this.#reportError(error, 'outcome')
-      return { delivered: 0, failed: 0, dead: 0 }
     } finally {
       this.#heldBytes -= lane.heldBytes
     }

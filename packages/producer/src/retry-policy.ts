@@ -1,3 +1,5 @@
+import { backoffMs, spreadMs } from './backoff.js'
+
 /** Delays between attempts, like Svix: 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h — eight attempts over ≈ 27.6 h. */
 export const DEFAULT_RETRY_SCHEDULE: readonly number[] = Object.freeze([
   5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000,
@@ -17,7 +19,7 @@ export const MAX_CONFLICT_PARK_MS = 300_000
 
 /** Applies ±{@link RETRY_JITTER} to a delay. */
 export function jitter(delayMs: number, random: () => number = Math.random): number {
-  return Math.max(0, Math.round(delayMs * (1 - RETRY_JITTER + 2 * RETRY_JITTER * random())))
+  return spreadMs(delayMs, RETRY_JITTER, random)
 }
 
 /**
@@ -90,8 +92,8 @@ export function conflictParkDelay(
   count: number,
   random: () => number = Math.random,
 ): number {
-  const base = Math.max(schedule[0] ?? 1000, MIN_CONFLICT_PARK_MS)
-  return jitter(Math.min(MAX_CONFLICT_PARK_MS, base * 2 ** Math.min(count - 1, 20)), random)
+  const baseMs = Math.max(schedule[0] ?? 1000, MIN_CONFLICT_PARK_MS)
+  return backoffMs(count - 1, { baseMs, maxMs: MAX_CONFLICT_PARK_MS, jitter: RETRY_JITTER, random })
 }
 
 /**

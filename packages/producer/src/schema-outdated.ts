@@ -2,8 +2,9 @@ import { OutboxError } from './errors.js'
 
 /**
  * Runs a write that calls one of the schema's functions, turning "function (or column) does not exist" (a schema
- * migrated by an older version) into `ERR_OUTBOX_SCHEMA_OUTDATED`, whose message says to migrate; anything else is rethrown
- * as it is.
+ * migrated by an older version) into `ERR_OUTBOX_SCHEMA_OUTDATED`, whose message says to migrate; anything else is
+ * rethrown as it is. Called by the `sql/*` modules that call a schema function, around that call, so no caller has
+ * to remember it.
  */
 export async function withCurrentSchema<T>(schema: string, write: () => Promise<T>): Promise<T> {
   try {

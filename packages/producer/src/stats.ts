@@ -37,7 +37,10 @@ export async function stats(
   db: Kysely<any>,
   options: { readonly schema?: string } = {},
 ): Promise<OutboxStats> {
-  const row = await readStats(db, resolveSchema(options.schema), STRUGGLING_ATTEMPTS)
+  const row = await readStats(
+    { db, schema: resolveSchema(options.schema) },
+    { strugglingAttempts: STRUGGLING_ATTEMPTS },
+  )
   return {
     lagSeconds: row.lag_seconds === null ? 0 : Math.max(0, Number(row.lag_seconds)),
     pending: Number(row.pending),

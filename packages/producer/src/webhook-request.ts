@@ -24,11 +24,22 @@ export interface AbortableRequest {
   abort(): void
 }
 
+/** What every request of one sender shares: built once per sender, so a request allocates no settings of its own. */
+export interface WebhookTransport {
+  /** A keep-alive undici dispatcher (the sender's pool). */
+  readonly dispatcher: Dispatcher
+  /** Bounds the whole exchange: connect, send, headers and body. */
+  readonly timeoutMs: number
+  readonly clock: Clock
+  /** Called with each request while it is in flight, so a stop can abort it; returns the function that forgets it. */
+  readonly track: (request: AbortableRequest) => () => void
+}
+
 /**
- * POSTs one body on a keep-alive undici dispatcher, through its low-level `dispatch` API, and resolves with how it
- * ended; never rejects. `timeoutMs` bounds the whole exchange (connect, send, headers and body), so a request
- * never outlives the lease that covers it. `track` is called with the request while it is in flight, so a stop
- * can abort it; it returns the function that forgets it.
+ * POSTs one body on the transport's keep-alive undici dispatcher, through its low-level `dispatch` API, and
+ * resolves with how it ended; never rejects. `timeoutMs` bounds the whole exchange (connect, send, headers and
+ * body), so a request never outlives the lease that covers it. `track` is called with the request while it is in
+ * flight, so a stop can abort it; it returns the function that forgets it.
  *
  * Why `dispatch` and not `request`: `request` wraps every answer in a Readable stream and every call in an
  * AbortSignal with its listeners — on a fast endpoint about a tenth of the relay's CPU, for a body the relay reads
@@ -36,14 +47,12 @@ export interface AbortableRequest {
  * controller undici hands it.
  */
 export function postWebhook(
-  dispatcher: Dispatcher,
+  transport: WebhookTransport,
   url: URL,
   headers: Record<string, string>,
   body: string,
-  timeoutMs: number,
-  clock: Clock,
-  track: (request: AbortableRequest) => () => void,
 ): Promise<WebhookResponse> {
+  const { dispatcher, timeoutMs, clock, track } = transport
   return new Promise((resolve) => {
     let controller: Dispatcher.DispatchController | undefined
     /** Why this request was cut short, once it was: kept until undici hands over its controller. */

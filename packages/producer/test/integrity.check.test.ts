@@ -14,6 +14,7 @@ import {
   silentLogger,
   stats,
 } from '../src/index.js'
+import { systemClock } from '../src/runtime.js'
 import { claimLanes } from '../src/sql/claim-lanes.js'
 import { seedEvents } from './support.js'
 
@@ -124,13 +125,17 @@ describe('checkIntegrity on legitimate states', () => {
 
     // A lane under a relay's live lease, taken by the relay's own claim with the default lease.
     await seedEvents(t.db, ['leased'], 2)
-    const { lanes: claimed } = await claimLanes(t.db, 'public', {
-      lanes: 10,
-      leaseMs: 60_000,
-      scanRows: 256,
-      batchSize: 10,
-      maxBytes: 1 << 30,
-    })
+    const { lanes: claimed } = await claimLanes(
+      { db: t.db, schema: 'public' },
+      {
+        lanes: 10,
+        leaseMs: 60_000,
+        scanRows: 256,
+        batchSize: 10,
+        maxBytes: 1 << 30,
+        clock: systemClock,
+      },
+    )
     expect(claimed.map((claim) => claim.aggregateId)).toEqual(['leased'])
     expect(await enqueueOne('leased')).toBe(3)
 

@@ -58,7 +58,7 @@ describe('prune never freezes a lane or loses an event', () => {
     // The redrive holds its transaction open after reviving the row; the prune's DELETE picked the row while it
     // was still dead in its snapshot, and waits on its row lock.
     const held = await t.db.startTransaction().execute()
-    expect(await redriveDead(held, 'public', 'all')).toHaveLength(1)
+    expect(await redriveDead({ db: held, schema: 'public' }, { eventIds: 'all' })).toHaveLength(1)
     const pruning = prune(t.connect({ max: 1 }), { retention: '1d', deadLetterRetention: '1d' })
     await waitForLockWaiters(t.db)
     await held.commit().execute()

@@ -4,6 +4,7 @@ import { sql } from 'kysely'
 import { beforeEach, describe, expect, it } from 'vitest'
 import { enqueue, Relay, silentLogger, stats } from '../src/index.js'
 import { relayTestHooks } from '../src/relay.js'
+import { systemClock } from '../src/runtime.js'
 import { claimLanes } from '../src/sql/claim-lanes.js'
 import { selectLaneEvents } from '../src/sql/select-lane-events.js'
 
@@ -47,13 +48,17 @@ describe('byte budget of a claim', () => {
         async (sizes, maxBytes) => {
           await sql`TRUNCATE outbox, outbox_counter, outbox_lane`.execute(t.db)
           await seedSized(sizes)
-          const { lanes, budgetFull } = await claimLanes(t.db, 'public', {
-            lanes: 10,
-            leaseMs: 60_000,
-            scanRows: 256,
-            batchSize: 10,
-            maxBytes,
-          })
+          const { lanes, budgetFull } = await claimLanes(
+            { db: t.db, schema: 'public' },
+            {
+              lanes: 10,
+              leaseMs: 60_000,
+              scanRows: 256,
+              batchSize: 10,
+              maxBytes,
+              clock: systemClock,
+            },
+          )
           const rows = lanes.flatMap((lane) => lane.events)
           const total = rows.reduce((sum, row) => sum + row.payloadBytes, 0)
           // Within the budget — or a single head larger than all of it, which must come alone or never move.
@@ -83,20 +88,27 @@ describe('byte budget of a claim', () => {
     await seedSized([[100, 100, 100, 100, 100, 100]])
     const {
       lanes: [lane],
-    } = await claimLanes(t.db, 'public', {
-      lanes: 1,
-      leaseMs: 60_000,
-      scanRows: 256,
-      batchSize: 2,
-      maxBytes: 10_000,
-    })
+    } = await claimLanes(
+      { db: t.db, schema: 'public' },
+      {
+        lanes: 1,
+        leaseMs: 60_000,
+        scanRows: 256,
+        batchSize: 2,
+        maxBytes: 10_000,
+        clock: systemClock,
+      },
+    )
     const next = (maxBytes: number) =>
-      selectLaneEvents(t.db, 'public', {
-        claimToken: lane!.claimToken,
-        afterSequence: 2,
-        batchSize: 10,
-        maxBytes,
-      })
+      selectLaneEvents(
+        { db: t.db, schema: 'public' },
+        {
+          claimToken: lane!.claimToken,
+          afterSequence: 2,
+          batchSize: 10,
+          maxBytes,
+        },
+      )
     expect((await next(250)).map((row) => row.sequence)).toEqual([3, 4])
     expect((await next(10)).map((row) => row.sequence)).toEqual([3])
   })

@@ -1,6 +1,7 @@
 import { useTestDatabase } from '@outbox/test-harness'
 import { type Kysely, sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
+import { systemClock } from '../src/runtime.js'
 import { claimLanes } from '../src/sql/claim-lanes.js'
 import { deadLetterHead } from '../src/sql/dead-letter-head.js'
 import { markSentAndRelease } from '../src/sql/mark-sent.js'
@@ -13,7 +14,10 @@ const t = useTestDatabase()
 
 /** A claim as the relay makes it, with a budget too large to matter here. */
 function claim(db: Kysely<any>, lanes: number, leaseMs: number, scanRows: number, batchSize: number) {
-  return claimLanes(db, 'public', { lanes, leaseMs, scanRows, batchSize, maxBytes: 1 << 30 })
+  return claimLanes(
+    { db, schema: 'public' },
+    { lanes, leaseMs, scanRows, batchSize, maxBytes: 1 << 30, clock: systemClock },
+  )
 }
 
 async function laneRow(id: string) {
@@ -70,12 +74,15 @@ describe('claims, leases and fencing', () => {
     expect(JSON.parse(lanes.get('r-2')!.events[0]!.payload)).toEqual({ id: 'r-2', n: 0 })
     // The next rows after a full batch, as a lane that reads on gets them.
     const r1 = lanes.get('r-1')!
-    const next = await selectLaneEvents(t.db, 'public', {
-      claimToken: r1.claimToken,
-      afterSequence: r1.events[1]!.sequence,
-      batchSize: 2,
-      maxBytes: 1 << 30,
-    })
+    const next = await selectLaneEvents(
+      { db: t.db, schema: 'public' },
+      {
+        claimToken: r1.claimToken,
+        afterSequence: r1.events[1]!.sequence,
+        batchSize: 2,
+        maxBytes: 1 << 30,
+      },
+    )
     expect(next.map((event) => event.sequence)).toEqual([5])
   })
 
@@ -97,12 +104,15 @@ describe('claims, leases and fencing', () => {
     expect(owner!.events.map((event) => event.id)).toEqual(events.map((event) => event.id))
     // Reading on past a batch is fenced too: the late worker's token reads nothing.
     expect(
-      await selectLaneEvents(t.db, 'public', {
-        claimToken: late!.claimToken,
-        afterSequence: 0,
-        batchSize: 10,
-        maxBytes: 1 << 30,
-      }),
+      await selectLaneEvents(
+        { db: t.db, schema: 'public' },
+        {
+          claimToken: late!.claimToken,
+          afterSequence: 0,
+          batchSize: 10,
+          maxBytes: 1 << 30,
+        },
+      ),
     ).toEqual([])
 
     const now = new Date()
@@ -115,10 +125,11 @@ describe('claims, leases and fencing', () => {
     }
     expect(
       await markSentAndRelease(
-        t.db,
-        'public',
-        [staleMark],
-        [{ claimToken: late!.claimToken, delivered: true }],
+        { db: t.db, schema: 'public' },
+        {
+          marks: [staleMark],
+          releases: [{ claimToken: late!.claimToken, delivered: true }],
+        },
       ),
     ).toEqual({
       marked: 0,
@@ -133,15 +144,17 @@ describe('claims, leases and fencing', () => {
       error: 'late',
       attemptedAt: now,
     }
-    expect(await scheduleRetry(t.db, 'public', failure, 60_000)).toBe(false)
-    expect(await deadLetterHead(t.db, 'public', failure, 'block')).toBe(false)
+    const sqlContext = { db: t.db, schema: 'public' }
+    expect(await scheduleRetry(sqlContext, { failure, delayMs: 60_000 })).toBe(false)
+    expect(await deadLetterHead(sqlContext, { failure, onExhausted: 'block' })).toBe(false)
     expect(
-      await parkLane(
-        t.db,
-        'public',
-        { claimToken: late!.claimToken, id: events[0]!.id, error: 'late', attemptedAt: now },
-        60_000,
-      ),
+      await parkLane(sqlContext, {
+        claimToken: late!.claimToken,
+        id: events[0]!.id,
+        error: 'late',
+        attemptedAt: now,
+        delayMs: 60_000,
+      }),
     ).toBe(false)
 
     const rows = await t.db
@@ -164,10 +177,11 @@ describe('claims, leases and fencing', () => {
     const ownMark = { ...staleMark, claimToken: owner!.claimToken }
     expect(
       await markSentAndRelease(
-        t.db,
-        'public',
-        [ownMark],
-        [{ claimToken: owner!.claimToken, delivered: true }],
+        { db: t.db, schema: 'public' },
+        {
+          marks: [ownMark],
+          releases: [{ claimToken: owner!.claimToken, delivered: true }],
+        },
       ),
     ).toEqual({
       marked: 1,
@@ -195,10 +209,11 @@ describe('claims, leases and fencing', () => {
         }))
     // w-1: both rows marked in this very statement, so nothing is left; w-2: one of two, so its lane has work.
     const result = await markSentAndRelease(
-      t.db,
-      'public',
-      [...marksOf('w-1', 2), ...marksOf('w-2', 1)],
-      ['w-1', 'w-2'].map((id) => ({ claimToken: byId.get(id)!.claimToken, delivered: true })),
+      { db: t.db, schema: 'public' },
+      {
+        marks: [...marksOf('w-1', 2), ...marksOf('w-2', 1)],
+        releases: ['w-1', 'w-2'].map((id) => ({ claimToken: byId.get(id)!.claimToken, delivered: true })),
+      },
     )
     expect(result).toEqual({ marked: 3, released: 2, releasedWithWork: 1 })
   })

@@ -187,3 +187,28 @@ export function serializeEnvelope<TData>(event: OutboxEvent<TData>): string {
     })
   }
 }
+
+/**
+ * Writes the wire body of an event whose `data` is already JSON text — as the outbox stores a payload and the
+ * relay reads it — splicing that text in unparsed: the same bytes as {@link serializeEnvelope} of the event with
+ * that JSON parsed as its `data` (byte for byte when the text is in `JSON.stringify`'s form; PostgreSQL's jsonb
+ * text adds spaces, which the JSON value does not see). The other fields go through `JSON.stringify`, so the body
+ * is valid JSON whenever `dataJson` is; that is not checked, since checking it is the parse this function saves on
+ * every request. The one writer of the wire body besides {@link serializeEnvelope}.
+ *
+ * @example
+ * ```ts
+ * import { spliceEnvelope } from '@outbox/protocol'
+ * const body = spliceEnvelope({ eventId: '0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a', type: 'order.created',
+ *   aggregateType: 'order', aggregateId: '42', sequence: 3, occurredAt: new Date().toISOString() },
+ *   '{"total":3}')
+ * ```
+ */
+export function spliceEnvelope(event: Omit<OutboxEvent<unknown>, 'data'>, dataJson: string): string {
+  // Field order as toWireEnvelope's, so both writers give the same bytes.
+  return (
+    `{"event_id":${JSON.stringify(event.eventId)},"type":${JSON.stringify(event.type)},` +
+    `"aggregate_type":${JSON.stringify(event.aggregateType)},"aggregate_id":${JSON.stringify(event.aggregateId)},` +
+    `"sequence":${event.sequence},"occurred_at":${JSON.stringify(event.occurredAt)},"data":${dataJson}}`
+  )
+}

@@ -6,6 +6,7 @@ export {
   type ParseEnvelopeResult,
   parseEnvelope,
   serializeEnvelope,
+  spliceEnvelope,
   toWireEnvelope,
   validateEnvelope,
   type WireEnvelope,

@@ -14,9 +14,9 @@ import type { ConsumerDatabase } from '../schema.js'
  */
 export async function deleteProcessedBatch(
   db: Kysely<ConsumerDatabase>,
-  retentionMs: number,
-  batchSize: number,
+  request: { readonly retentionMs: number; readonly batchSize: number },
 ): Promise<number> {
+  const { retentionMs, batchSize } = request
   const result = await db
     .deleteFrom('processed_events')
     .where('event_id', 'in', (eb) =>

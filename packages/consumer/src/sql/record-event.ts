@@ -1,3 +1,4 @@
+// outbox_record_event — body in force: migration 0002.
 import type { OutboxEvent } from '@outbox/protocol'
 import { CompiledQuery, type Kysely, sql } from 'kysely'
 import { OutboxError } from '../errors.js'
@@ -23,7 +24,7 @@ export type RecordEvent = (
   initialCursor: number,
 ) => Promise<RecordEventResult>
 
-/** The function's arguments, in its parameter order (migration 0002 in schema.ts). */
+/** The function's arguments, in its parameter order. */
 const ARGUMENTS = [
   'eventId',
   'aggregateType',
@@ -83,14 +84,19 @@ const RESULTS: ReadonlySet<string> = new Set<RecordEventResult>(['duplicate', 'a
  * {@link OutboxError} `ERR_OUTBOX_SCHEMA_OUTDATED`, whose message says to run the consumer's migrations.
  *
  * @param db the consumer's Kysely instance (only used to compile the call once).
- * @param schema the consumer's schema, as given to `migrate`; undefined lets the search_path find the function.
+ * @param call `schema`: the consumer's schema, as given to `migrate` (undefined lets the search_path find the
+ *   function); `policy` and `firstSequence`: the consumer's options, passed to every call.
  */
 export function prepareRecordEvent(
   db: Kysely<any>,
-  schema: string | undefined,
-  policy: OrderedPolicy,
-  firstSequence: FirstSequence,
+  call: {
+    readonly schema: string | undefined
+    readonly policy: OrderedPolicy
+    readonly firstSequence: FirstSequence
+  },
 ): RecordEvent {
+  const { schema, policy, firstSequence } = call
+  // Raw SQL: a function call, compiled once and then sent as text (no Kysely query built per delivery).
   const compiled = sql`select ${qualified(schema, RECORD_EVENT_FUNCTION)}(${sql.join(
     ARGUMENTS.map((name) => sql.val(name)),
   )}) as result`.compile(db)

@@ -1,29 +1,13 @@
-import { type Kysely, sql } from 'kysely'
-import type { LaneEventRow } from './select-lane-events.js'
-
-/** A lane this relay now owns, with its first rows. */
-export interface ClaimedLaneRow {
-  readonly aggregateType: string
-  readonly aggregateId: string
-  readonly claimToken: string
-  /** The previous claim expired without releasing: its relay died or hung. */
-  readonly takenOver: boolean
-  /**
-   * The expired claim had started a request on this watched lane and never recorded an outcome: the head is owed
-   * one failed attempt.
-   */
-  readonly charged: boolean
-  /** The lane is watched (a claim of it once expired): record the claim before the first request. */
-  readonly watchStarts: boolean
-  /** Consecutive 409 parks so far, for the growing park delay. */
-  readonly conflictCount: number
-  /** The head and rows behind it, in sequence order, within the byte budget; none if all were sent meanwhile. */
-  readonly events: LaneEventRow[]
-}
+// outbox_claim_lanes — body in force: migration 0007 (its five-argument overload; the function dates from 0004).
+import { sql } from 'kysely'
+import type { Clock } from '../runtime.js'
+import { withCurrentSchema } from '../schema-outdated.js'
+import type { ClaimedLane, LaneEvent } from './claimed-lane.js'
+import type { SqlContext } from './sql-context.js'
 
 /** What one claim took. */
 export interface ClaimResult {
-  readonly lanes: ClaimedLaneRow[]
+  readonly lanes: ClaimedLane[]
   /**
    * The due scan read all the rows it was allowed (`scanRows`): more due lanes may lie past its window, so claim
    * again at once rather than waiting for a wake-up. False when nothing was claimed.
@@ -45,6 +29,8 @@ export interface ClaimRequest {
   readonly batchSize: number
   /** Most payload bytes returned in all; the first lane's head comes even when it alone is larger. */
   readonly maxBytes: number
+  /** The relay's clock, read around the call for each lane's `claimedAt`, `readAt` and `deadline`. */
+  readonly clock: Clock
 }
 
 /** One row of `outbox_claim_lanes`: a claimed lane, with one of its events or (when it has none) nulls. */
@@ -69,10 +55,15 @@ interface ClaimRow {
   budget_full: boolean
 }
 
+/** A lane while its rows are read in: its events and bytes still grow. */
+type LaneInProgress = Omit<ClaimedLane, 'events' | 'heldBytes'> & { events: LaneEvent[]; heldBytes: number }
+
 /**
  * Claims up to `lanes` free lanes whose head is due, under a fresh token and a lease in DATABASE time, and reads
- * each one's head and the rows behind it — one call of the schema's `outbox_claim_lanes` (migration 0004; the body
- * in force, with the byte budget and the takeover charge, is 0007's), whose plans PostgreSQL keeps per connection.
+ * each one's head and the rows behind it — one call of the schema's `outbox_claim_lanes`, whose plans PostgreSQL
+ * keeps per connection. Each lane comes back mapped, once, into the {@link ClaimedLane} the relay keeps: its
+ * events, the bytes they hold and the relay-clock times around the call (`clock.now()` before it is sent and after
+ * it returns).
  *
  * Shape of the claim, and the races it closes:
  * - Candidates come from the due index (`available_at <= now()` over pending rows), skipping rows of lanes under
@@ -100,21 +91,26 @@ interface ClaimRow {
  * - The rows are read by a second statement in the function: under READ COMMITTED it takes a fresh snapshot, so
  *   rows that the lane's previous owner marked sent just before our claim are not sent again, while the claimed
  *   lane rows stay locked by us until the call commits.
+ *
+ * A schema migrated by an older version has no such function: that is thrown as `ERR_OUTBOX_SCHEMA_OUTDATED`.
  */
-export async function claimLanes(
-  db: Kysely<any>,
-  schema: string,
-  request: ClaimRequest,
-): Promise<ClaimResult> {
-  const { lanes, leaseMs, scanRows, batchSize, maxBytes } = request
+export async function claimLanes(ctx: SqlContext, request: ClaimRequest): Promise<ClaimResult> {
+  const { db, schema } = ctx
+  const { lanes, leaseMs, scanRows, batchSize, maxBytes, clock } = request
+  // Taken before the claim is sent: the local deadline can only be earlier than the database's.
+  const claimedAt = clock.now()
+  const deadline = claimedAt + leaseMs
   // Raw SQL: a set-returning function call with positional arguments, which Kysely's builder has no form for.
-  const { rows } = await sql<ClaimRow>`
-    SELECT * FROM ${sql.id(schema, 'outbox_claim_lanes')}(
-      ${lanes}::integer, ${leaseMs}::bigint, ${scanRows}::integer, ${batchSize}::integer, ${maxBytes}::bigint
-    )`.execute(db)
+  const { rows } = await withCurrentSchema(schema, () =>
+    sql<ClaimRow>`
+      SELECT * FROM ${sql.id(schema, 'outbox_claim_lanes')}(
+        ${lanes}::integer, ${leaseMs}::bigint, ${scanRows}::integer, ${batchSize}::integer, ${maxBytes}::bigint
+      )`.execute(db),
+  )
+  const readAt = clock.now()
   // Rows come lane by lane, each lane's in sequence order.
-  const claimed: ClaimedLaneRow[] = []
-  let lane: ClaimedLaneRow | undefined
+  const claimed: LaneInProgress[] = []
+  let lane: LaneInProgress | undefined
   for (const row of rows) {
     if (lane?.claimToken !== row.claim_token) {
       lane = {
@@ -126,10 +122,16 @@ export async function claimLanes(
         watchStarts: row.watch_starts,
         conflictCount: row.conflict_count,
         events: [],
+        claimedAt,
+        readAt,
+        deadline,
+        heldBytes: 0,
       }
       claimed.push(lane)
     }
     if (row.id === null) continue
+    const payloadBytes = Number(row.payload_bytes)
+    lane.heldBytes += payloadBytes
     lane.events.push({
       id: row.id,
       eventId: row.event_id!,
@@ -138,7 +140,7 @@ export async function claimLanes(
       sequence: Number(row.sequence),
       eventType: row.event_type!,
       payload: row.payload!,
-      payloadBytes: Number(row.payload_bytes),
+      payloadBytes,
       createdAt: row.created_at!,
       attempts: row.attempts!,
       failingMs: row.failing_ms === null ? null : Number(row.failing_ms),

@@ -1,5 +1,6 @@
-import { type Kysely, sql } from 'kysely'
+import { sql } from 'kysely'
 import type { FailedAttempt } from './failed-attempt.js'
+import type { SqlContext } from './sql-context.js'
 
 /**
  * Dead-letters a lane's head whose attempts are used up and releases the lane, fenced by the claim token.
@@ -10,14 +11,15 @@ import type { FailedAttempt } from './failed-attempt.js'
  * parked head is gone) and the lane is no longer watched for takeovers (its suspect head is settled).
  */
 export async function deadLetterHead(
-  db: Kysely<any>,
-  schema: string,
-  failure: FailedAttempt,
-  onExhausted: 'skip' | 'block',
+  ctx: SqlContext,
+  request: { readonly failure: FailedAttempt; readonly onExhausted: 'skip' | 'block' },
 ): Promise<boolean> {
+  const { db, schema } = ctx
+  const { failure, onExhausted } = request
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
   const block = onExhausted === 'block'
+  // Raw SQL: three data-modifying CTEs (release, dead-letter, move the lane's rows) in one fenced statement.
   const { rows } = await sql<{ owned: boolean }>`
     WITH released AS (
       UPDATE ${lane}

@@ -1,4 +1,5 @@
-import { type Kysely, sql } from 'kysely'
+import { sql } from 'kysely'
+import type { SqlContext } from './sql-context.js'
 
 /** Which rows a prune pass may delete: one status, past its age, never a lane's blocker. */
 function expired(schema: string, alias: string, status: 'sent' | 'dead', olderThanMs: number) {
@@ -35,12 +36,11 @@ function expired(schema: string, alias: string, status: 'sent' | 'dead', olderTh
  * id, and a redriven event was deleted while pending.
  */
 export async function deleteExpired(
-  db: Kysely<any>,
-  schema: string,
-  status: 'sent' | 'dead',
-  olderThanMs: number,
-  limit: number,
+  ctx: SqlContext,
+  request: { readonly status: 'sent' | 'dead'; readonly olderThanMs: number; readonly limit: number },
 ): Promise<number> {
+  const { db, schema } = ctx
+  const { status, olderThanMs, limit } = request
   const outbox = sql.id(schema, 'outbox')
   const column = sql.id(status === 'sent' ? 'sent_at' : 'dead_at')
   // Raw SQL: the builder has no DELETE … WHERE id IN (SELECT … ORDER BY … LIMIT) with a shared condition.
@@ -59,12 +59,13 @@ export async function deleteExpired(
  * entry) that tells a prune which stopped at its batch budget whether it had in fact finished.
  */
 export async function hasExpired(
-  db: Kysely<any>,
-  schema: string,
-  status: 'sent' | 'dead',
-  olderThanMs: number,
+  ctx: SqlContext,
+  request: { readonly status: 'sent' | 'dead'; readonly olderThanMs: number },
 ): Promise<boolean> {
+  const { db, schema } = ctx
+  const { status, olderThanMs } = request
   const outbox = sql.id(schema, 'outbox')
+  // Raw SQL: the expiry condition is a shared raw fragment (see expired()), with a correlated NOT EXISTS.
   const { rows } = await sql<{ found: boolean }>`
     SELECT EXISTS (
       SELECT 1 FROM ${outbox} c WHERE ${expired(schema, 'c', status, olderThanMs)}

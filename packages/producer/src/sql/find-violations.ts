@@ -1,4 +1,5 @@
-import { type Kysely, sql } from 'kysely'
+import { sql } from 'kysely'
+import type { SqlContext } from './sql-context.js'
 
 /** One row of {@link findViolations}: a broken liveness rule on one aggregate's lane. */
 export interface ViolationRow {
@@ -38,10 +39,10 @@ export interface OverdueHeadRow {
  * probes the sequence index once per lane (every aggregate ever seen): a diagnostic, not something to run per second.
  */
 export async function findViolations(
-  db: Kysely<any>,
-  schema: string,
+  ctx: SqlContext,
   options: { readonly maxLeaseMs: number; readonly limit: number },
 ): Promise<ViolationRow[]> {
+  const { db, schema } = ctx
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
   const counter = sql.id(schema, 'outbox_counter')
@@ -126,12 +127,13 @@ export async function findViolations(
  * violation — it is what an outbox looks like with no relay running (or relays far behind).
  */
 export async function findOverdueHeads(
-  db: Kysely<any>,
-  schema: string,
+  ctx: SqlContext,
   options: { readonly overdueMs: number; readonly limit: number },
 ): Promise<OverdueHeadRow[]> {
+  const { db, schema } = ctx
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
+  // Raw SQL: a DISTINCT ON subquery (each lane's head), which the builder has no readable form for.
   const { rows } = await sql<OverdueHeadRow>`
     SELECT h.aggregate_type, h.aggregate_id, h.event_id, h.sequence,
            extract(epoch FROM now() - h.available_at) AS overdue_seconds

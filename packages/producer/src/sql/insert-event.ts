@@ -1,5 +1,8 @@
+// outbox_enqueue — body in force: migration 0007 (its seven-argument overload; the function dates from 0003).
 import { CompiledQuery, sql, type Transaction } from 'kysely'
 import type { ValidatedEvent } from '../event-input.js'
+import { withCurrentSchema } from '../schema-outdated.js'
+import type { TransactionContext } from './sql-context.js'
 
 /** What an enqueue returns for each event. */
 export interface EnqueuedEvent {
@@ -24,6 +27,7 @@ const callTexts = new Map<string, string>()
 function callText(trx: Transaction<any>, schema: string): string {
   let text = callTexts.get(schema)
   if (text === undefined) {
+    // Raw SQL: a function call, compiled once and then sent as text (no Kysely query built per enqueue).
     const compiled = sql`SELECT ${sql.id(schema, 'outbox_enqueue')}(
       ${sql.val(ARGUMENTS[0])}, ${sql.val(ARGUMENTS[1])}, ${sql.val(ARGUMENTS[2])}, ${sql.val(ARGUMENTS[3])},
       ${sql.val(ARGUMENTS[4])}::jsonb, ${sql.val(ARGUMENTS[5])}::integer, ${sql.val(ARGUMENTS[6])}
@@ -39,9 +43,9 @@ function callText(trx: Transaction<any>, schema: string): string {
 }
 
 /**
- * Enqueues one event in ONE round trip, through the schema's `outbox_enqueue` function (migration 0003, made
- * cheaper by 0005; the body in force, with the payload's size, is 0007's): bump the aggregate's counter, make sure its lane row exists, insert the event with the lane's
- * due time, and NOTIFY.
+ * Enqueues one event in ONE round trip, through the schema's `outbox_enqueue` function (made cheaper by 0005,
+ * given the payload's size by 0007): bump the aggregate's counter, make sure its lane row exists, insert the event
+ * with the lane's due time, and NOTIFY. A schema without that function is thrown as `ERR_OUTBOX_SCHEMA_OUTDATED`.
  *
  * Why a counter row and not `MAX(sequence) + 1`: the upsert's row lock makes writers of one aggregate wait for each
  * other until commit, so sequence order is commit order, a rollback leaves no gap, and concurrent writers never
@@ -53,22 +57,23 @@ function callText(trx: Transaction<any>, schema: string): string {
  * (541 → 494 and 546 → 486 µs per business transaction, 3000 each, interleaved), as in the consumer's recordEvent.
  */
 export async function insertEvent(
-  trx: Transaction<any>,
-  schema: string,
-  event: ValidatedEvent,
-  eventId: string,
-  channel: string | null,
+  ctx: TransactionContext,
+  request: { readonly event: ValidatedEvent; readonly eventId: string; readonly channel: string | null },
 ): Promise<EnqueuedEvent> {
-  const { rows } = await trx.executeQuery<{ sequence: string }>(
-    CompiledQuery.raw(callText(trx, schema), [
-      eventId,
-      event.aggregateType,
-      event.aggregateId,
-      event.eventType,
-      event.payloadJson,
-      event.payloadBytes,
-      channel,
-    ]),
+  const { db: trx, schema } = ctx
+  const { event, eventId, channel } = request
+  const { rows } = await withCurrentSchema(schema, () =>
+    trx.executeQuery<{ sequence: string }>(
+      CompiledQuery.raw(callText(trx, schema), [
+        eventId,
+        event.aggregateType,
+        event.aggregateId,
+        event.eventType,
+        event.payloadJson,
+        event.payloadBytes,
+        channel,
+      ]),
+    ),
   )
   return { eventId, sequence: Number(rows[0]!.sequence) }
 }

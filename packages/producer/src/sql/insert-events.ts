@@ -1,6 +1,9 @@
+// outbox_new_row_due — body in force: migration 0003.
 import { sql, type Transaction } from 'kysely'
 import type { ValidatedEvent } from '../event-input.js'
+import { withCurrentSchema } from '../schema-outdated.js'
 import type { EnqueuedEvent } from './insert-event.js'
+import type { TransactionContext } from './sql-context.js'
 
 /**
  * Enqueues several events: one counter upsert per aggregate, taken in sorted key order (byte order, as a redrive
@@ -9,15 +12,27 @@ import type { EnqueuedEvent } from './insert-event.js'
  * Why sorted: two transactions enqueueing for aggregates A and B in opposite orders would otherwise each hold one
  * counter row and wait for the other's (deadlock, 40P01). Taking counter locks in one global order makes that
  * impossible. Each aggregate's counter is bumped once by its number of events, so the events of one call get
- * consecutive sequences in the order they were given.
+ * consecutive sequences in the order they were given. A schema without the function the rows' due time comes from is
+ * thrown as `ERR_OUTBOX_SCHEMA_OUTDATED`.
  */
 export async function insertEvents(
+  ctx: TransactionContext,
+  request: {
+    readonly events: readonly ValidatedEvent[]
+    /** One new id per event, in the same order. */
+    readonly eventIds: readonly string[]
+    readonly channel: string | null
+  },
+): Promise<EnqueuedEvent[]> {
+  return await withCurrentSchema(ctx.schema, () => writeEvents(ctx.db, ctx.schema, request))
+}
+
+async function writeEvents(
   trx: Transaction<any>,
   schema: string,
-  events: readonly ValidatedEvent[],
-  eventIds: readonly string[],
-  channel: string | null,
+  request: Parameters<typeof insertEvents>[1],
 ): Promise<EnqueuedEvent[]> {
+  const { events, eventIds, channel } = request
   const groups = new Map<string, { aggregateType: string; aggregateId: string; indexes: number[] }>()
   events.forEach((event, index) => {
     const key = JSON.stringify([event.aggregateType, event.aggregateId])
@@ -36,6 +51,7 @@ export async function insertEvents(
   const counter = sql.id(schema, 'outbox_counter')
   for (const group of ordered) {
     const count = group.indexes.length
+    // Raw SQL: an upsert that adds to the stored counter and returns it, kept beside its twin in the function.
     const { rows } = await sql<{ last_sequence: string }>`
       INSERT INTO ${counter} AS c (aggregate_type, aggregate_id, last_sequence)
       VALUES (${group.aggregateType}, ${group.aggregateId}, ${count})
@@ -49,6 +65,7 @@ export async function insertEvents(
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
   const notify = channel === null ? sql`` : sql`, pg_notify(${channel}, '')`
+  // Raw SQL: one statement of data-modifying CTEs over unnest arrays, ending in the schema's function and NOTIFY.
   await sql`
     WITH input AS (
       SELECT * FROM unnest(

@@ -1,4 +1,5 @@
-import { type Kysely, sql } from 'kysely'
+import { sql } from 'kysely'
+import type { SqlContext } from './sql-context.js'
 
 /** A 2xx answer waiting to be recorded. */
 export interface SentMark {
@@ -40,13 +41,14 @@ export interface MarkSentResult {
  * those with the NOTIFY that their enqueue sent (see the relay's mark writer).
  */
 export async function markSentAndRelease(
-  db: Kysely<any>,
-  schema: string,
-  marks: readonly SentMark[],
-  releases: readonly LaneRelease[],
+  ctx: SqlContext,
+  batch: { readonly marks: readonly SentMark[]; readonly releases: readonly LaneRelease[] },
 ): Promise<MarkSentResult> {
+  const { db, schema } = ctx
+  const { marks, releases } = batch
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
+  // Raw SQL: data-modifying CTEs over unnest arrays, which the builder cannot put in one statement.
   const { rows } = await sql<{ marked: string; released: string; released_with_work: string }>`
     WITH m AS (
       SELECT * FROM unnest(

@@ -1,4 +1,4 @@
-import type { Kysely } from 'kysely'
+import type { SqlContext } from './sql-context.js'
 
 /**
  * Records that the owner of a watched lane is about to send its first request, fenced by the claim token; false
@@ -9,9 +9,13 @@ import type { Kysely } from 'kysely'
  * every relay that sends it is dead-lettered after its attempts, while a lane that was only claimed (waiting in a
  * relay's ready queue when it died) is handed over free. Only watched lanes pay this write, once per claim.
  */
-export async function markStarted(db: Kysely<any>, schema: string, claimToken: string): Promise<boolean> {
-  const result = await db
-    .withSchema(schema)
+export async function markStarted(
+  ctx: SqlContext,
+  request: { readonly claimToken: string },
+): Promise<boolean> {
+  const { claimToken } = request
+  const result = await ctx.db
+    .withSchema(ctx.schema)
     .updateTable('outbox_lane')
     .set({ started_token: claimToken })
     .where('claim_token', '=', claimToken)

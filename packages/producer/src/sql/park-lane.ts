@@ -1,4 +1,5 @@
-import { type Kysely, sql } from 'kysely'
+import { sql } from 'kysely'
+import type { SqlContext } from './sql-context.js'
 
 /**
  * Parks a lane after a 409 (the consumer waits for an earlier sequence it never got): NOT an attempt — the head's
@@ -6,13 +7,21 @@ import { type Kysely, sql } from 'kysely'
  * because waiting alone never heals the gap. Releases the lane; fenced by the claim token.
  */
 export async function parkLane(
-  db: Kysely<any>,
-  schema: string,
-  park: { claimToken: string; id: string; error: string; attemptedAt: Date },
-  delayMs: number,
+  ctx: SqlContext,
+  park: {
+    readonly claimToken: string
+    /** Row id of the head answered 409. */
+    readonly id: string
+    readonly error: string
+    readonly attemptedAt: Date
+    readonly delayMs: number
+  },
 ): Promise<boolean> {
+  const { db, schema } = ctx
+  const { delayMs } = park
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
+  // Raw SQL: three data-modifying CTEs (park, record the answer, move the lane's rows) in one fenced statement.
   const { rows } = await sql<{ owned: boolean }>`
     WITH released AS (
       UPDATE ${lane}

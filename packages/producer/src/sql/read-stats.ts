@@ -1,4 +1,5 @@
-import { type Kysely, sql } from 'kysely'
+import { sql } from 'kysely'
+import type { SqlContext } from './sql-context.js'
 
 /** Raw counters behind `stats`, as PostgreSQL returns them. */
 export interface StatsRow {
@@ -18,12 +19,14 @@ export interface StatsRow {
  * more attempts: only a lane's head ever accumulates attempts, so that is the number of struggling heads.
  */
 export async function readStats(
-  db: Kysely<any>,
-  schema: string,
-  strugglingAttempts: number,
+  ctx: SqlContext,
+  request: { readonly strugglingAttempts: number },
 ): Promise<StatsRow> {
+  const { db, schema } = ctx
+  const { strugglingAttempts } = request
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
+  // Raw SQL: six scalar subqueries over two tables in one statement (one snapshot), not a read the builder shapes.
   const { rows } = await sql<StatsRow>`
     SELECT
       (SELECT extract(epoch FROM now() - min(created_at)) FROM ${outbox} WHERE status = 'pending') AS lag_seconds,

@@ -1,4 +1,5 @@
-import { sql, type Transaction } from 'kysely'
+import { sql } from 'kysely'
+import type { TransactionContext } from './sql-context.js'
 
 /**
  * Puts dead letters back to pending; returns the event ids it revived. Call it in a transaction of its own.
@@ -18,22 +19,29 @@ import { sql, type Transaction } from 'kysely'
  * a revived row ends: its head changed.
  */
 export async function redriveDead(
-  trx: Transaction<any>,
-  schema: string,
-  eventIds: readonly string[] | 'all',
+  ctx: TransactionContext,
+  request: { readonly eventIds: readonly string[] | 'all' },
 ): Promise<string[]> {
+  const { db: trx, schema } = ctx
+  const { eventIds } = request
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
   const counter = sql.id(schema, 'outbox_counter')
   const which = eventIds === 'all' ? sql`TRUE` : sql`o.event_id = ANY(${eventIds}::uuid[])`
-  const { rows: keys } = await sql<{ aggregate_type: string; aggregate_id: string }>`
-    SELECT DISTINCT o.aggregate_type, o.aggregate_id FROM ${outbox} o WHERE o.status = 'dead' AND ${which}`.execute(
-    trx,
-  )
+  let deadKeys = trx
+    .withSchema(schema)
+    .selectFrom('outbox')
+    .select(['aggregate_type', 'aggregate_id'])
+    .distinct()
+    // A literal, as the partial index on dead rows is written: its predicate is then provable in any plan.
+    .where('status', '=', sql.lit('dead'))
+  if (eventIds !== 'all') deadKeys = deadKeys.where(sql<boolean>`event_id = ANY(${eventIds}::uuid[])`)
+  const keys: { aggregate_type: string; aggregate_id: string }[] = await deadKeys.execute()
   if (keys.length === 0) return []
   const types = keys.map((key) => key.aggregate_type)
   const ids = keys.map((key) => key.aggregate_id)
   const chosen = sql`SELECT * FROM unnest(${types}::text[], ${ids}::text[]) AS k(aggregate_type, aggregate_id)`
+  // Raw SQL from here: row locks taken in byte order (COLLATE "C") and data-modifying CTEs in one statement.
   await sql`
     SELECT 1 FROM ${counter} c WHERE (c.aggregate_type, c.aggregate_id) IN (${chosen})
     ORDER BY c.aggregate_type COLLATE "C", c.aggregate_id COLLATE "C"

@@ -1,4 +1,5 @@
-import { sql, type Transaction } from 'kysely'
+import { sql } from 'kysely'
+import type { TransactionContext } from './sql-context.js'
 
 /** What {@link repairLane} did to one lane. */
 export type LaneRepair =
@@ -23,10 +24,11 @@ const REPAIR_LOCK_TIMEOUT = '5s'
  * - a counter missing or below an existing sequence is raised to the highest one.
  */
 export async function repairLane(
-  trx: Transaction<any>,
-  schema: string,
+  ctx: TransactionContext,
   key: { readonly aggregateType: string; readonly aggregateId: string },
 ): Promise<LaneRepair> {
+  const { db: trx, schema } = ctx
+  // Raw SQL throughout: a savepoint, lock timeouts, row locks and fixes whose conditions span three tables.
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
   const counter = sql.id(schema, 'outbox_counter')

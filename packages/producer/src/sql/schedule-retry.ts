@@ -1,5 +1,6 @@
-import { type Kysely, sql } from 'kysely'
+import { sql } from 'kysely'
 import type { FailedAttempt } from './failed-attempt.js'
+import type { SqlContext } from './sql-context.js'
 
 /**
  * Records a failed attempt on a lane's head, sets the whole lane's due time to `delayMs` from now (database time)
@@ -14,13 +15,14 @@ import type { FailedAttempt } from './failed-attempt.js'
  * behind a waiting head must not look due, or every claim would scan them and find the head not ready.
  */
 export async function scheduleRetry(
-  db: Kysely<any>,
-  schema: string,
-  failure: FailedAttempt,
-  delayMs: number,
+  ctx: SqlContext,
+  request: { readonly failure: FailedAttempt; readonly delayMs: number },
 ): Promise<boolean> {
+  const { db, schema } = ctx
+  const { failure, delayMs } = request
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
+  // Raw SQL: three data-modifying CTEs (release, record the attempt, move the lane's rows) in one fenced statement.
   const { rows } = await sql<{ owned: boolean }>`
     WITH released AS (
       UPDATE ${lane}

@@ -1,4 +1,5 @@
-import { type Kysely, sql } from 'kysely'
+import { sql } from 'kysely'
+import type { SqlContext } from './sql-context.js'
 
 /** A dead-letter row as stored. */
 export interface DeadLetterRow {
@@ -26,20 +27,41 @@ export interface DeadLetterRow {
  * from it sorts BEFORE the row it came from and the next page would repeat that row forever.
  */
 export async function selectDeadLetters(
-  db: Kysely<any>,
-  schema: string,
-  limit: number,
-  after?: { deadAt: string; id: string },
+  ctx: SqlContext,
+  page: {
+    readonly limit: number
+    readonly after?: { readonly deadAt: string; readonly id: string } | undefined
+  },
 ): Promise<DeadLetterRow[]> {
-  const outbox = sql.id(schema, 'outbox')
-  const cursor = after ? sql`AND (dead_at, id) > (${after.deadAt}::timestamptz, ${after.id}::bigint)` : sql``
-  const { rows } = await sql<DeadLetterRow>`
-    SELECT id, event_id, aggregate_type, aggregate_id, sequence, event_type, attempts, last_status, last_error,
-           last_attempt_at, created_at, dead_at,
-           to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') AS dead_at_cursor
-    FROM ${outbox}
-    WHERE status = 'dead' ${cursor}
-    ORDER BY dead_at, id
-    LIMIT ${limit}`.execute(db)
-  return rows
+  const { limit, after } = page
+  let query = ctx.db
+    .withSchema(ctx.schema)
+    .selectFrom('outbox')
+    .select([
+      'id',
+      'event_id',
+      'aggregate_type',
+      'aggregate_id',
+      'sequence',
+      'event_type',
+      'attempts',
+      'last_status',
+      'last_error',
+      'last_attempt_at',
+      'created_at',
+      'dead_at',
+      sql<string>`to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as('dead_at_cursor'),
+    ])
+    // A literal, as the partial index on dead rows is written: its predicate is then provable in any plan.
+    .where('status', '=', sql.lit('dead'))
+  if (after) {
+    query = query.where((eb) =>
+      eb(
+        eb.refTuple('dead_at', 'id'),
+        '>',
+        eb.tuple(sql`${after.deadAt}::timestamptz`, sql`${after.id}::bigint`),
+      ),
+    )
+  }
+  return (await query.orderBy('dead_at').orderBy('id').limit(limit).execute()) as DeadLetterRow[]
 }

@@ -1,23 +1,6 @@
-import { type Kysely, sql } from 'kysely'
-
-/** One event of a claimed lane, ready to send. */
-export interface LaneEventRow {
-  readonly id: string
-  readonly eventId: string
-  readonly aggregateType: string
-  readonly aggregateId: string
-  readonly sequence: number
-  readonly eventType: string
-  /** The payload as JSON text, spliced into the body unparsed. */
-  readonly payload: string
-  /** Bytes of `payload`, as counted against the relay's buffer budget. */
-  readonly payloadBytes: number
-  readonly createdAt: Date
-  /** Failed attempts so far. */
-  readonly attempts: number
-  /** Milliseconds since its first failed attempt, in database time when read; null when it never failed. */
-  readonly failingMs: number | null
-}
+import { sql } from 'kysely'
+import type { LaneEvent } from './claimed-lane.js'
+import type { SqlContext } from './sql-context.js'
 
 /** What reading a lane's next rows asks for. */
 export interface NextRowsRequest {
@@ -29,6 +12,21 @@ export interface NextRowsRequest {
   readonly maxBytes: number
 }
 
+/** One row as PostgreSQL returns it, mapped here and nowhere else. */
+interface LaneEventRow {
+  id: string
+  event_id: string
+  aggregate_type: string
+  aggregate_id: string
+  sequence: string
+  event_type: string
+  payload: string
+  bytes: string
+  created_at: Date
+  attempts: number
+  failing_ms: string | null
+}
+
 /**
  * Reads the next rows of a lane its owner goes on delivering past a full batch: up to `batchSize` pending rows
  * after `afterSequence`, in sequence order (contiguous, since sequence order is delivery order), within `maxBytes`
@@ -38,27 +36,11 @@ export interface NextRowsRequest {
  * (measured for rows written before migration 0007), so rows past the budget are never turned into text; the
  * payload is read as text, which the relay splices into the body without a parse/serialise round trip.
  */
-export async function selectLaneEvents(
-  db: Kysely<any>,
-  schema: string,
-  request: NextRowsRequest,
-): Promise<LaneEventRow[]> {
-  const outbox = sql.id(schema, 'outbox')
-  const lane = sql.id(schema, 'outbox_lane')
+export async function selectLaneEvents(ctx: SqlContext, request: NextRowsRequest): Promise<LaneEvent[]> {
+  const outbox = sql.id(ctx.schema, 'outbox')
+  const lane = sql.id(ctx.schema, 'outbox_lane')
   // Raw SQL: window functions over a lateral read, which Kysely's builder cannot express readably.
-  const { rows } = await sql<{
-    id: string
-    event_id: string
-    aggregate_type: string
-    aggregate_id: string
-    sequence: string
-    event_type: string
-    payload: string
-    bytes: string
-    created_at: Date
-    attempts: number
-    failing_ms: string | null
-  }>`
+  const { rows } = await sql<LaneEventRow>`
     SELECT o.id, o.event_id, o.aggregate_type, o.aggregate_id, o.sequence, o.event_type, o.payload::text AS payload,
            k.bytes, o.created_at, o.attempts,
            (extract(epoch FROM now() - o.first_failed_at) * 1000)::bigint AS failing_ms
@@ -78,7 +60,7 @@ export async function selectLaneEvents(
     ) k
     JOIN ${outbox} o ON o.id = k.id
     WHERE k.running <= ${request.maxBytes}::bigint OR k.pos = 1
-    ORDER BY o.sequence`.execute(db)
+    ORDER BY o.sequence`.execute(ctx.db)
   return rows.map((row) => ({
     id: row.id,
     eventId: row.event_id,
