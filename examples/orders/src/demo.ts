@@ -172,8 +172,8 @@ async function runDemo(
   const consumerLogger: ConsumerLogger = {
     debug: () => {},
     info: () => {},
-    warn: (message, meta) => note(`subscriber: ${message}${describeFields(meta)}`),
-    error: (message, meta) => note(`subscriber: ${message}${describeFields(meta)}`),
+    warn: (fields, message) => note(`subscriber: ${message}${describeFields(fields)}`),
+    error: (fields, message) => note(`subscriber: ${message}${describeFields(fields)}`),
   }
   const faults: FaultCounts = { requests: 0, failed: 0, dropped: 0 }
   const subscriberApp = express()

@@ -138,9 +138,12 @@ export async function pruneProcessed(
   const schema = checkSchema(options.schema, 'pruneProcessed')
   const logger = options.logger ?? DEFAULT_LOGGER
   if (retentionMs < PRODUCER_RETRY_HORIZON_MS) {
-    safeLog(logger, 'warn', 'pruneProcessed: retention is shorter than the producer retry horizon (≈ 28 h)', {
-      retentionMs,
-    })
+    safeLog(
+      logger,
+      'warn',
+      { retentionMs },
+      'pruneProcessed: retention is shorter than the producer retry horizon (≈ 28 h)',
+    )
   }
 
   const own = inSchema(db as Kysely<ConsumerDatabase>, schema)

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Transaction } from 'kysely'
-import { OutboxError } from './errors.js'
+import { invalidOption, OutboxError } from './errors.js'
 import { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput, validateEvent } from './event-input.js'
 import { notifyChannel, resolveSchema } from './schema-name.js'
 import { withCurrentSchema } from './schema-outdated.js'
@@ -30,9 +30,10 @@ function assertTransaction(trx: unknown): asserts trx is Transaction<any> {
 function resolveEnqueueOptions(options: EnqueueOptions) {
   const maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES
   if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes <= 0) {
-    throw new OutboxError(
-      'ERR_OUTBOX_INVALID_OPTIONS',
-      `maxPayloadBytes must be a positive integer, got ${maxPayloadBytes}`,
+    throw invalidOption(
+      'maxPayloadBytes',
+      maxPayloadBytes,
+      (name, got) => `${name('maxPayloadBytes')} must be a positive integer, got ${got}`,
     )
   }
   const schema = resolveSchema(options.schema)

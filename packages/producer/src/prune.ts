@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely'
 import { type Duration, parseDuration } from './duration.js'
-import { OutboxError } from './errors.js'
+import { invalidOption, OutboxError } from './errors.js'
 import { resolveSchema } from './schema-name.js'
 import { deleteExpired, hasExpired } from './sql/delete-expired.js'
 
@@ -40,7 +40,7 @@ export const DEFAULT_PRUNE_MAX_BATCHES = 200
 function positiveInteger(value: number | undefined, fallback: number, name: string): number {
   const resolved = value ?? fallback
   if (!Number.isSafeInteger(resolved) || resolved <= 0) {
-    throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', `${name} must be a positive integer, got ${value}`)
+    throw invalidOption(name, value, (spell, got) => `${spell(name)} must be a positive integer, got ${got}`)
   }
   return resolved
 }
@@ -61,8 +61,9 @@ function positiveInteger(value: number | undefined, fallback: number, name: stri
 export async function prune(db: Kysely<any>, options: PruneOptions): Promise<PruneResult> {
   if (typeof options !== 'object' || options === null || options.retention === undefined) {
     throw new OutboxError(
-      'ERR_OUTBOX_INVALID_OPTIONS',
+      'ERR_OUTBOX_INVALID_OPTION',
       "prune needs { retention }, e.g. prune(db, { retention: '30d' })",
+      { option: 'retention' },
     )
   }
   const schema = resolveSchema(options.schema)

@@ -205,11 +205,11 @@ describe('prune', () => {
       { retention: '30d', schema: 'Bad Schema' },
       /schema must be a lower-case SQL identifier/,
     ],
-  ])('refuses %s with ERR_OUTBOX_INVALID_OPTIONS and deletes nothing', async (_label, options, message) => {
+  ])('refuses %s with ERR_OUTBOX_INVALID_OPTION and deletes nothing', async (_label, options, message) => {
     await seed('old_sent', 2, 'sent', 400)
     await expect(prune(t.db, options as PruneOptions)).rejects.toMatchObject({
       name: 'OutboxError',
-      code: 'ERR_OUTBOX_INVALID_OPTIONS',
+      code: 'ERR_OUTBOX_INVALID_OPTION',
       message: expect.stringMatching(message),
     })
     expect(await remaining()).toEqual({ old_sent: 2 })

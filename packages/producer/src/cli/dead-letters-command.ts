@@ -36,7 +36,7 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
     listDeadLetters(db, { limit, after: values.after, schema: target.schema }),
   ).catch((error: unknown) => {
     // The only option the library can still reject here is the cursor: name it as the flag it came from.
-    if (error instanceof OutboxError && error.code === 'ERR_OUTBOX_INVALID_OPTIONS') {
+    if (error instanceof OutboxError && error.code === 'ERR_OUTBOX_INVALID_OPTION') {
       throw new UsageError(error.message.replace(/^after\b/, '--after'), { cause: error })
     }
     throw error

@@ -115,7 +115,7 @@ export function describeError(error: unknown): ErrorReport {
   if (isOutboxError(error)) {
     return {
       message: database ?? error.message,
-      exitCode: error.code === 'ERR_OUTBOX_INVALID_OPTIONS' ? 2 : 1,
+      exitCode: error.code === 'ERR_OUTBOX_INVALID_OPTION' ? 2 : 1,
     }
   }
   const message = error instanceof Error ? error.message : String(error)

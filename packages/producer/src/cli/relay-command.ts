@@ -67,7 +67,7 @@ function constructRelay({ Relay, OutboxError }: Producer, options: RelayOptions)
   try {
     return new Relay(options)
   } catch (error) {
-    if (!(error instanceof OutboxError) || error.code !== 'ERR_OUTBOX_INVALID_OPTIONS') throw error
+    if (!(error instanceof OutboxError) || error.code !== 'ERR_OUTBOX_INVALID_OPTION') throw error
     const message = error.message
       .replace(/^signingSecret: /, '')
       .replace(/^endpoint\b/, '--endpoint')
