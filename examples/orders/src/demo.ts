@@ -220,7 +220,7 @@ async function runDemo(
       db: relayDb,
       databaseUrl: databases.ordersUrl,
       endpoint: `${subscriber.url}/hooks`,
-      signingSecret: secret,
+      secret,
       retrySchedule: RETRY_SCHEDULE_MS,
       concurrency: RELAY_CONCURRENCY,
       // A retry is due milliseconds after a failure; look for due work as often, not every 200 ms.

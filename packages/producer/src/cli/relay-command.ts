@@ -1,4 +1,5 @@
 import type { ListenOption, Relay, RelayOptions } from '../index.js'
+import { silentLogger } from '../logger.js'
 import { DEFAULT_STOP_TIMEOUT_MS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import type { CliIo } from './command.js'
@@ -7,7 +8,7 @@ import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer, type Producer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { choiceFlag, DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
-import { createLogLine, LOG_LEVELS, loggerFor, logRelayEvents } from './relay-log.js'
+import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
@@ -27,7 +28,10 @@ const FLAGS = {
   verbose: { type: 'boolean' },
 } as const
 
-/** Secrets from `--secret` (repeatable) or `OUTBOX_SIGNING_SECRET`, each possibly a comma-separated list. */
+/**
+ * Secrets from `--secret` (repeatable) or `OUTBOX_SECRET` (`OUTBOX_SIGNING_SECRET`, its deprecated old name, is
+ * still read), each possibly a comma-separated list.
+ */
 function signingSecrets(flag: readonly string[] | undefined, env: NodeJS.ProcessEnv): string[] {
   // whsec_ secrets are base64 and never contain a comma, so a comma can separate rotation keys in one variable.
   const split = (values: readonly string[]) =>
@@ -36,7 +40,10 @@ function signingSecrets(flag: readonly string[] | undefined, env: NodeJS.Process
       .map((value) => value.trim())
       .filter(Boolean)
   if (flag !== undefined && flag.length > 0) return split(flag)
-  return split([env.OUTBOX_SIGNING_SECRET ?? ''])
+  if (env.OUTBOX_SECRET && env.OUTBOX_SIGNING_SECRET) {
+    throw new UsageError('set OUTBOX_SECRET only: OUTBOX_SIGNING_SECRET is its deprecated old name')
+  }
+  return split([env.OUTBOX_SECRET || env.OUTBOX_SIGNING_SECRET || ''])
 }
 
 function retrySchedule(producer: Producer, value: string | undefined): number[] | undefined {
@@ -116,22 +123,23 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
   const producer = await loadProducer()
   const schedule = retrySchedule(producer, values['retry-schedule'])
 
-  const log = createLogLine(format, level, io.stdout)
+  const log = createCliLogger(format, level, io.stdout)
   return await withDatabase(
     target,
     {
       applicationName: 'outbox relay',
       onIdleError: (error) =>
-        log('warn', 'an idle database connection failed; the pool replaces it', {
-          error: explainDatabaseError(error, target) ?? error,
-        }),
+        log.warn(
+          { error: explainDatabaseError(error, target) ?? error },
+          'an idle database connection failed; the pool replaces it',
+        ),
     },
     async (db) => {
       const listen: ListenOption = values.listen ? { connectionString: target.url } : false
       const options: RelayOptions = {
         db,
         endpoint,
-        signingSecret: secrets.length > 0 ? secrets : undefined,
+        secret: secrets.length > 0 ? secrets : undefined,
         concurrency,
         batchSize,
         leaseMs,
@@ -141,12 +149,9 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         onExhausted,
         schema: target.schema,
         listen,
-        logger: values.verbose
-          ? loggerFor(log)
-          : loggerFor(() => {
-              // The events below already give one line per occurrence; the relay's own diagnostics would
-              // repeat them, so they are only shown with --verbose.
-            }),
+        // The events below already give one line per occurrence; the relay's own diagnostics would repeat
+        // them, so they are only shown with --verbose.
+        logger: values.verbose ? log : silentLogger,
       }
       const relay = constructRelay(producer, options)
       logRelayEvents(relay, log, target)
@@ -155,7 +160,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
       await producer.stats(db, { schema: target.schema })
 
       const interrupt = catchInterrupt((signal) => {
-        log('warn', `second ${signal}: exiting without releasing claims (they expire with their lease)`)
+        log.warn({}, `second ${signal}: exiting without releasing claims (they expire with their lease)`)
         process.exit(signalExitCode(signal))
       })
       let stopped: { lanes: number; aborted: number; unflushed: number } | undefined
@@ -165,30 +170,34 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
       try {
         await relay.start()
         const resolved = relay.options
-        log('info', 'relay started', {
-          endpoint: shownEndpoint(endpoint),
-          database: `${target.where}/${target.database}`,
-          schema: target.schema,
-          concurrency: resolved.concurrency,
-          batchSize: resolved.batchSize,
-          leaseMs: resolved.leaseMs,
-          requestTimeoutMs: resolved.requestTimeoutMs,
-          maxAttempts: resolved.maxAttempts,
-          onExhausted: resolved.onExhausted,
-          signingSecrets: secrets.length,
-          wakeUps: values.listen
-            ? `LISTEN ${producer.notifyChannel(target.schema)} + polling every ${resolved.pollIntervalMs}ms`
-            : `polling every ${resolved.pollIntervalMs}ms`,
-        })
+        log.info(
+          {
+            endpoint: shownEndpoint(endpoint),
+            database: `${target.where}/${target.database}`,
+            schema: target.schema,
+            concurrency: resolved.concurrency,
+            batchSize: resolved.batchSize,
+            leaseMs: resolved.leaseMs,
+            requestTimeoutMs: resolved.requestTimeoutMs,
+            maxAttempts: resolved.maxAttempts,
+            onExhausted: resolved.onExhausted,
+            signingSecrets: secrets.length,
+            wakeUps: values.listen
+              ? `LISTEN ${producer.notifyChannel(target.schema)} + polling every ${resolved.pollIntervalMs}ms`
+              : `polling every ${resolved.pollIntervalMs}ms`,
+          },
+          'relay started',
+        )
         const signal = await interrupt.wait
-        log('info', `${signal} received: stopping (finishing in-flight requests, releasing claims)`, {
-          stopTimeoutMs,
-        })
+        log.info(
+          { stopTimeoutMs },
+          `${signal} received: stopping (finishing in-flight requests, releasing claims)`,
+        )
       } finally {
         await relay.stop({ timeoutMs: stopTimeoutMs })
         interrupt.dispose()
       }
-      log('info', 'relay stopped', { ...stopped })
+      log.info({ ...stopped }, 'relay stopped')
       return 0
     },
   )
