@@ -11,6 +11,8 @@ export {
   type SequencePolicy,
 } from './options.js'
 export {
+  DEFAULT_PROCESSED_PRUNE_BATCH_SIZE,
+  DEFAULT_PROCESSED_PRUNE_MAX_BATCHES,
   DEFAULT_PRUNE_BATCH_SIZE,
   DEFAULT_PRUNE_MAX_BATCHES,
   type PruneProcessedOptions,

@@ -32,10 +32,14 @@ export interface PruneResult {
   readonly caughtUp: boolean
 }
 
-/** Default rows per prune batch. */
-export const DEFAULT_PRUNE_BATCH_SIZE = 5000
-/** Default batch budget of one prune run. */
-export const DEFAULT_PRUNE_MAX_BATCHES = 200
+/** Default rows per {@link prune} batch (the consumer's `pruneProcessed` deletes 1000 per batch). */
+export const DEFAULT_OUTBOX_PRUNE_BATCH_SIZE = 5000
+/** Default batch budget of one {@link prune} run (the consumer's `pruneProcessed` has 100). */
+export const DEFAULT_OUTBOX_PRUNE_MAX_BATCHES = 200
+/** @deprecated Use {@link DEFAULT_OUTBOX_PRUNE_BATCH_SIZE} (the consumer's constant of this name is 1000). */
+export const DEFAULT_PRUNE_BATCH_SIZE = DEFAULT_OUTBOX_PRUNE_BATCH_SIZE
+/** @deprecated Use {@link DEFAULT_OUTBOX_PRUNE_MAX_BATCHES} (the consumer's constant of this name is 100). */
+export const DEFAULT_PRUNE_MAX_BATCHES = DEFAULT_OUTBOX_PRUNE_MAX_BATCHES
 
 function positiveInteger(value: number | undefined, fallback: number, name: string): number {
   const resolved = value ?? fallback
@@ -72,8 +76,8 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
     options.deadLetterRetention === undefined
       ? undefined
       : parseDuration(options.deadLetterRetention, 'deadLetterRetention')
-  const batchSize = positiveInteger(options.batchSize, DEFAULT_PRUNE_BATCH_SIZE, 'batchSize')
-  const maxBatches = positiveInteger(options.maxBatches, DEFAULT_PRUNE_MAX_BATCHES, 'maxBatches')
+  const batchSize = positiveInteger(options.batchSize, DEFAULT_OUTBOX_PRUNE_BATCH_SIZE, 'batchSize')
+  const maxBatches = positiveInteger(options.maxBatches, DEFAULT_OUTBOX_PRUNE_MAX_BATCHES, 'maxBatches')
   const pauseMs = parseDuration(options.pauseMs ?? 0, 'pauseMs')
 
   let removed = 0

@@ -2,8 +2,8 @@ import { useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { beforeEach, describe, expect, it } from 'vitest'
 import {
-  DEFAULT_PRUNE_BATCH_SIZE,
-  DEFAULT_PRUNE_MAX_BATCHES,
+  DEFAULT_OUTBOX_PRUNE_BATCH_SIZE,
+  DEFAULT_OUTBOX_PRUNE_MAX_BATCHES,
   enqueue,
   type PruneOptions,
   parseDuration,
@@ -169,8 +169,8 @@ describe('prune', () => {
   })
 
   it('has documented defaults', () => {
-    expect(DEFAULT_PRUNE_BATCH_SIZE).toBe(5000)
-    expect(DEFAULT_PRUNE_MAX_BATCHES).toBe(200)
+    expect(DEFAULT_OUTBOX_PRUNE_BATCH_SIZE).toBe(5000)
+    expect(DEFAULT_OUTBOX_PRUNE_MAX_BATCHES).toBe(200)
     expect(parseDuration('30d', 'retention')).toBe(2_592_000_000)
     expect(parseDuration('1.5h', 'x')).toBe(5_400_000)
     expect(parseDuration(' 90s ', 'x')).toBe(90_000)

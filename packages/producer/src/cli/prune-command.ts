@@ -28,7 +28,7 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
   const pauseMs = integerFlag(values['pause-ms'], 'pause-ms', 0, 3_600_000)
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
-  const { DEFAULT_PRUNE_MAX_BATCHES, prune } = producer
+  const { DEFAULT_OUTBOX_PRUNE_MAX_BATCHES, prune } = producer
   const retention = durationFlag(producer, values.retention, 'retention')!
   const deadLetterRetention = durationFlag(producer, values['dead-letter-retention'], 'dead-letter-retention')
 
@@ -72,7 +72,7 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
       else {
         writeLine(
           io.stdout,
-          `${counts}; NOT caught up: stopped after --max-batches ${maxBatches ?? DEFAULT_PRUNE_MAX_BATCHES}; run it again, more often, or raise --max-batches`,
+          `${counts}; NOT caught up: stopped after --max-batches ${maxBatches ?? DEFAULT_OUTBOX_PRUNE_MAX_BATCHES}; run it again, more often, or raise --max-batches`,
         )
       }
     }
