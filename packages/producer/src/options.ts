@@ -101,25 +101,29 @@ export interface ResolvedRelayOptions {
   readonly maxBufferedBytes: number
 }
 
-/** Every option {@link RelayOptions} has: anything else is a typo that would otherwise be ignored. */
-const KNOWN_OPTIONS: readonly (keyof RelayOptions)[] = [
-  'db',
-  'endpoint',
-  'secret',
-  'signingSecret',
-  'leaseMs',
-  'requestTimeoutMs',
-  'batchSize',
-  'concurrency',
-  'retrySchedule',
-  'onExhausted',
-  'pollIntervalMs',
-  'logger',
-  'schema',
-  'listen',
-  'metrics',
-  'maxBufferedBytes',
-]
+/**
+ * Every option {@link RelayOptions} has (a record, so adding an option without listing it fails to compile):
+ * anything else is a typo that would otherwise be ignored.
+ */
+const KNOWN: Readonly<Record<keyof RelayOptions, true>> = {
+  db: true,
+  endpoint: true,
+  secret: true,
+  signingSecret: true,
+  leaseMs: true,
+  requestTimeoutMs: true,
+  batchSize: true,
+  concurrency: true,
+  retrySchedule: true,
+  onExhausted: true,
+  pollIntervalMs: true,
+  logger: true,
+  schema: true,
+  listen: true,
+  metrics: true,
+  maxBufferedBytes: true,
+}
+const KNOWN_OPTIONS = Object.keys(KNOWN)
 
 function invalid(option: string, value: unknown, render: OptionMessage, cause?: unknown): never {
   throw invalidOption(option, value, render, cause)
@@ -178,7 +182,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     )
   }
   for (const key of Object.keys(options)) {
-    if (!(KNOWN_OPTIONS as readonly string[]).includes(key)) {
+    if (!Object.hasOwn(KNOWN, key)) {
       // A typo such as `secrets` would otherwise silently send unsigned requests.
       invalid(
         key,
@@ -220,9 +224,9 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     try {
       signingKeys = parseSigningSecrets(secret)
     } catch (error) {
-      // The protocol's message names the bad entry and never shows a secret.
+      // The protocol's message already says "signing secret", names the bad entry and never shows a secret.
       const detail = error instanceof Error ? error.message : String(error)
-      invalid(secretOption, undefined, (spell) => `${spell(secretOption)}: ${detail}`, error)
+      invalid(secretOption, undefined, () => detail, error)
     }
   }
   const leaseMs = integer(options.leaseMs, DEFAULT_LEASE_MS, 'leaseMs', 100)
@@ -282,7 +286,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     invalid(
       'onExhausted',
       onExhausted,
-      (spell, got) => `${spell('onExhausted')} must be 'skip' or 'block', got ${got}`,
+      (spell, got) => `${spell('onExhausted')} must be one of skip, block; got ${got}`,
     )
   }
   return Object.freeze({

@@ -1,4 +1,4 @@
-import type { ListenOption, Relay, RelayOptions } from '../index.js'
+import type { ListenOption, OnExhausted, Relay, RelayOptions } from '../index.js'
 import { silentLogger } from '../logger.js'
 import { DEFAULT_STOP_TIMEOUT_MS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
@@ -7,7 +7,15 @@ import { explainDatabaseError } from './describe-error.js'
 import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer, type Producer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
-import { choiceFlag, DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
+import { flagMessage } from './option-flags.js'
+import {
+  choiceFlag,
+  DATABASE_FLAGS,
+  durationFlag,
+  integerFlag,
+  numberFlag,
+  parseFlags,
+} from './parse-flags.js'
 import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
 
 const FLAGS = {
@@ -46,42 +54,29 @@ function signingSecrets(flag: readonly string[] | undefined, env: NodeJS.Process
   return split([env.OUTBOX_SECRET || env.OUTBOX_SIGNING_SECRET || ''])
 }
 
-function retrySchedule(producer: Producer, value: string | undefined): number[] | undefined {
+function retrySchedule(value: string | undefined): number[] | undefined {
   if (value === undefined) return undefined
   return value
     .split(',')
     .map((part) => part.trim())
     .filter(Boolean)
-    .map((part) => durationFlag(producer, part, 'retry-schedule')!)
-}
-
-/** Relay option names as the operator typed them, for the constructor's messages. */
-const FLAG_NAMES: Readonly<Record<string, string>> = {
-  leaseMs: '--lease-ms',
-  requestTimeoutMs: '--request-timeout-ms',
-  batchSize: '--batch-size',
-  concurrency: '--concurrency',
-  pollIntervalMs: '--poll-interval-ms',
-  retrySchedule: '--retry-schedule',
-  onExhausted: '--on-exhausted',
+    .map((part) => durationFlag(part, 'retry-schedule')!)
 }
 
 /**
- * Creates the relay, which checks every option (endpoint URL, secrets, lease against timeout) before anything
- * runs; its messages name the library's options, so they are reworded with the flags the operator used.
+ * Creates the relay, which checks every option (endpoint URL, secrets, bounds, lease against timeout) before
+ * anything runs; an option it refuses is reported under the flag the operator used.
  */
-function constructRelay({ Relay, OutboxError }: Producer, options: RelayOptions): Relay {
+function constructRelay(
+  { Relay }: Producer,
+  options: RelayOptions,
+  values: Readonly<Record<string, unknown>>,
+): Relay {
   try {
     return new Relay(options)
   } catch (error) {
-    if (!(error instanceof OutboxError) || error.code !== 'ERR_OUTBOX_INVALID_OPTION') throw error
-    const message = error.message
-      .replace(/^signingSecret: /, '')
-      .replace(/^endpoint\b/, '--endpoint')
-      .replace(
-        /\b(leaseMs|requestTimeoutMs|batchSize|concurrency|pollIntervalMs|retrySchedule|onExhausted)\b/g,
-        (name) => FLAG_NAMES[name] ?? name,
-      )
+    const message = flagMessage(error, values)
+    if (message === undefined) throw error
     throw new UsageError(message, { cause: error })
   }
 }
@@ -109,19 +104,20 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
     )
   }
   const secrets = signingSecrets(values.secret, io.env)
-  const concurrency = integerFlag(values.concurrency, 'concurrency', 1, 1000)
-  const batchSize = integerFlag(values['batch-size'], 'batch-size', 1, 10_000)
-  const leaseMs = integerFlag(values['lease-ms'], 'lease-ms', 100)
-  const requestTimeoutMs = integerFlag(values['request-timeout-ms'], 'request-timeout-ms', 1)
-  const pollIntervalMs = integerFlag(values['poll-interval-ms'], 'poll-interval-ms', 1)
+  // Syntax only: the relay checks the bounds, and its errors are reported under these flags.
+  const concurrency = numberFlag(values.concurrency)
+  const batchSize = numberFlag(values['batch-size'])
+  const leaseMs = numberFlag(values['lease-ms'])
+  const requestTimeoutMs = numberFlag(values['request-timeout-ms'])
+  const pollIntervalMs = numberFlag(values['poll-interval-ms'])
+  const onExhausted = values['on-exhausted'] as OnExhausted | undefined
   const stopTimeoutMs =
     integerFlag(values['stop-timeout-ms'], 'stop-timeout-ms', 0) ?? DEFAULT_STOP_TIMEOUT_MS
-  const onExhausted = choiceFlag(values['on-exhausted'], 'on-exhausted', ['skip', 'block'])
   const format = choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? 'text'
   const level = choiceFlag(values['log-level'], 'log-level', LOG_LEVELS) ?? 'info'
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
-  const schedule = retrySchedule(producer, values['retry-schedule'])
+  const schedule = retrySchedule(values['retry-schedule'])
 
   const log = createCliLogger(format, level, io.stdout)
   return await withDatabase(
@@ -153,7 +149,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         // them, so they are only shown with --verbose.
         logger: values.verbose ? log : silentLogger,
       }
-      const relay = constructRelay(producer, options)
+      const relay = constructRelay(producer, options, values)
       logRelayEvents(relay, log, target)
       // One read up front: an unreachable database or missing tables fail the command now, with one line,
       // instead of a relay that retries forever.
