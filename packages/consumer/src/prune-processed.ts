@@ -28,7 +28,7 @@ export interface PruneProcessedOptions {
   readonly maxBatches?: number
   /** Pause between batches, to leave room for live traffic. @defaultValue 0 */
   readonly pauseMs?: number
-  /** Schema of the consumer tables (as given to `migrate`). @defaultValue the search_path */
+  /** Schema of the consumer tables (as given to `migrate`): a lower-case SQL identifier. @defaultValue 'public' */
   readonly schema?: string
   /** Told about a retention shorter than the producer's retry horizon. @defaultValue warn/error to the console */
   readonly logger?: Logger
