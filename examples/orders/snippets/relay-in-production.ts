@@ -15,7 +15,7 @@ const register = new Registry() // serve `await register.metrics()` at GET /metr
 const relay = new Relay({
   db,
   endpoint: 'https://billing.internal/hooks',
-  signingSecret: process.env.OUTBOX_SIGNING_SECRET, // whsec_…, or [new, old] while rotating
+  secret: process.env.OUTBOX_SECRET, // whsec_…, or [new, old] while rotating
   listen: { connectionString: databaseUrl }, // NOTIFY wake-ups: PostgreSQL itself, not a transaction pooler
   metrics: { register },
 })

@@ -172,8 +172,8 @@ async function runDemo(
   const consumerLogger: ConsumerLogger = {
     debug: () => {},
     info: () => {},
-    warn: (message, meta) => note(`subscriber: ${message}${describeFields(meta)}`),
-    error: (message, meta) => note(`subscriber: ${message}${describeFields(meta)}`),
+    warn: (fields, message) => note(`subscriber: ${message}${describeFields(fields)}`),
+    error: (fields, message) => note(`subscriber: ${message}${describeFields(fields)}`),
   }
   const faults: FaultCounts = { requests: 0, failed: 0, dropped: 0 }
   const subscriberApp = express()
@@ -220,7 +220,7 @@ async function runDemo(
       db: relayDb,
       databaseUrl: databases.ordersUrl,
       endpoint: `${subscriber.url}/hooks`,
-      signingSecret: secret,
+      secret,
       retrySchedule: RETRY_SCHEDULE_MS,
       concurrency: RELAY_CONCURRENCY,
       // A retry is due milliseconds after a failure; look for due work as often, not every 200 ms.

@@ -27,7 +27,7 @@ export interface RelaySettings {
   /** The subscriber's webhook URL. */
   readonly endpoint: string
   /** Standard Webhooks secret(s), `whsec_…`: the subscriber must hold the same. */
-  readonly signingSecret?: string | readonly string[]
+  readonly secret?: string | readonly string[]
   /** Delays between attempts in ms. @defaultValue the library's: 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h */
   readonly retrySchedule?: readonly number[]
   /** Orders (lanes) delivered in parallel, one request each at a time. @defaultValue 16 */
@@ -45,7 +45,7 @@ export function createRelay({
   db,
   databaseUrl,
   endpoint,
-  signingSecret,
+  secret,
   retrySchedule,
   concurrency,
   pollIntervalMs,
@@ -56,7 +56,7 @@ export function createRelay({
   const relay = new Relay({
     db, // the orders service's database: the outbox lives there
     endpoint, // the subscriber's webhook URL
-    signingSecret, // whsec_…: the subscriber verifies every request with the same secret
+    secret, // whsec_…: the subscriber verifies every request with the same secret
     // Wake up at the NOTIFY each enqueue sends instead of at the next poll (polling stays, as the safety
     // net). LISTEN needs a session of its own: PostgreSQL itself, not a transaction-mode pooler.
     listen: { connectionString: databaseUrl },
@@ -83,7 +83,7 @@ async function main(): Promise<void> {
       db,
       databaseUrl,
       endpoint,
-      signingSecret: process.env.WEBHOOK_SECRET || undefined,
+      secret: process.env.WEBHOOK_SECRET || undefined,
       metrics: { register },
     })
     await relay.start()

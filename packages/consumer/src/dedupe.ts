@@ -9,7 +9,7 @@ import {
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { type ApplyOutcome, createApplyEvent, type DedupeHandler, HandlerFailure } from './apply-event.js'
 import { OutboxError } from './errors.js'
-import { DEFAULT_LOGGER, safeLog } from './logger.js'
+import { consoleLogger, safeLog } from './logger.js'
 import { type ConsumerOptions, type ResolvedConsumerOptions, resolveConsumerOptions } from './options.js'
 import { contentTypeProblem, isBodyConsumed, readRawBody } from './read-body.js'
 import { type Refusal, refusal, respondDelivered, respondProblem } from './respond.js'
@@ -169,7 +169,7 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
   const { logger } = resolved
   const applyEvent = createApplyEvent(resolved)
   // The default logger drops debug lines: then the per-delivery outcome line is not even built.
-  const logsOutcomes = logger.debug !== DEFAULT_LOGGER.debug
+  const logsOutcomes = logger.debug !== consoleLogger.debug
 
   const refuse = (req: Request, res: Response, refused: Refusal) => {
     const meta = {
@@ -182,12 +182,12 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
       sequence: refused.sequence,
       ...(refused.cause === undefined ? {} : { error: describe(refused.cause) }),
     }
-    safeLog(logger, refused.status >= 500 ? 'error' : 'warn', `webhook refused: ${refused.code}`, meta)
+    safeLog(logger, refused.status >= 500 ? 'error' : 'warn', meta, `webhook refused: ${refused.code}`)
     if (resolved.onError !== undefined) {
       try {
         resolved.onError(refused, req)
       } catch (error) {
-        safeLog(logger, 'error', 'onError threw; the refusal is answered anyway', { error: describe(error) })
+        safeLog(logger, 'error', { error: describe(error) }, 'onError threw; the refusal is answered anyway')
       }
     }
     respondProblem(res, refused)
@@ -204,7 +204,7 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
     const read = await readRawBody(req, resolved.maxBodyBytes)
     if (!read.ok) {
       if (read.reason === 'aborted') {
-        safeLog(logger, 'debug', 'webhook aborted by the client while sending its body', {})
+        safeLog(logger, 'debug', {}, 'webhook aborted by the client while sending its body')
         return
       }
       return refuse(
@@ -264,11 +264,12 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
       )
     }
     if (logsOutcomes) {
-      safeLog(logger, 'debug', `webhook ${outcome.status}`, {
+      const fields = {
         ...eventContext(event),
         status: outcome.status,
         ...(outcome.cursor === undefined ? {} : { cursor: outcome.cursor }),
-      })
+      }
+      safeLog(logger, 'debug', fields, `webhook ${outcome.status}`)
     }
     respondDelivered(res, outcome.status, event.eventId)
   }
@@ -279,6 +280,7 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
         throw new OutboxError(
           'ERR_OUTBOX_INVALID_OPTION',
           'dedupe: pass the handler, e.g. dedupe(async (event, trx, req) => { … })',
+          { option: 'handler' },
         )
       }
       return async (req: Request, res: Response, next: NextFunction) => {
@@ -286,7 +288,7 @@ export function createConsumer<DB = any>(options: ConsumerOptions<DB>): Consumer
           await deliver(req, res, handler)
         } catch (error) {
           // Only a bug of ours lands here; answer like a failed handler so the producer retries.
-          safeLog(logger, 'error', 'unexpected failure in dedupe', { error: describe(error) })
+          safeLog(logger, 'error', { error: describe(error) }, 'unexpected failure in dedupe')
           if (res.headersSent) return next(error)
           respondProblem(res, refusal('handler_failed', 'the event could not be processed; retry later'))
         }

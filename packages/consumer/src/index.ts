@@ -1,7 +1,7 @@
 export type { DedupeHandler } from './apply-event.js'
 export { type Consumer, createConsumer } from './dedupe.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
-export { DEFAULT_LOGGER, type Logger } from './logger.js'
+export { consoleLogger, DEFAULT_LOGGER, type Logger, type LogMethod, silentLogger } from './logger.js'
 export {
   type ConsumerOptions,
   DEFAULT_MAX_BODY_BYTES,
@@ -11,6 +11,8 @@ export {
   type SequencePolicy,
 } from './options.js'
 export {
+  DEFAULT_PROCESSED_PRUNE_BATCH_SIZE,
+  DEFAULT_PROCESSED_PRUNE_MAX_BATCHES,
   DEFAULT_PRUNE_BATCH_SIZE,
   DEFAULT_PRUNE_MAX_BATCHES,
   type PruneProcessedOptions,

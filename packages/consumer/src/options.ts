@@ -1,13 +1,13 @@
 import {
   DEFAULT_SIGNATURE_TOLERANCE_SECONDS,
-  ProtocolError,
   parseSigningSecrets,
+  resolveSchema,
   type SigningKey,
 } from '@outbox/protocol'
 import type { Request } from 'express'
 import type { Kysely } from 'kysely'
 import { OutboxError } from './errors.js'
-import { DEFAULT_LOGGER, type Logger } from './logger.js'
+import { consoleLogger, isLogger, type Logger } from './logger.js'
 import type { Refusal } from './respond.js'
 
 /**
@@ -77,7 +77,10 @@ export interface ConsumerOptions<DB = any> {
   readonly sequence?: SequencePolicy
   /** Under `'strict'` only: which sequence an aggregate's first event may have. @defaultValue 1 */
   readonly firstSequence?: FirstSequence
-  /** PostgreSQL schema of `processed_events` and `consumer_cursors` (as given to `migrate`). @defaultValue the search_path */
+  /**
+   * PostgreSQL schema of `processed_events` and `consumer_cursors` (as given to `migrate`): a lower-case SQL
+   * identifier, as the producer's. @defaultValue 'public'
+   */
   readonly schema?: string
   /** Largest accepted body in bytes, enforced while reading. @defaultValue 1048576 (1 MiB) */
   readonly maxBodyBytes?: number
@@ -103,7 +106,7 @@ export interface ResolvedConsumerOptions {
   readonly keys: readonly SigningKey[] | undefined
   readonly sequence: SequencePolicy
   readonly firstSequence: FirstSequence
-  readonly schema: string | undefined
+  readonly schema: string
   readonly maxBodyBytes: number
   readonly toleranceSeconds: number
   readonly logger: Logger
@@ -148,8 +151,8 @@ const KNOWN_OPTIONS = [
 ] as const
 const POLICIES: readonly SequencePolicy[] = ['monotonic', 'strict', 'off']
 
-function invalid(message: string): OutboxError {
-  return new OutboxError('ERR_OUTBOX_INVALID_OPTION', `createConsumer: ${message}`)
+function invalid(option: string, message: string): OutboxError {
+  return new OutboxError('ERR_OUTBOX_INVALID_OPTION', `createConsumer: ${message}`, { option })
 }
 
 /** Throws unless `value` looks like a Kysely instance that can open transactions. */
@@ -159,45 +162,45 @@ export function checkDatabase(value: unknown, where: string): Kysely<any> {
     throw new OutboxError(
       'ERR_OUTBOX_INVALID_OPTION',
       `${where}: \`db\` must be a Kysely instance, e.g. new Kysely({ dialect: new PostgresDialect({ pool }) })`,
+      { option: 'db' },
     )
   }
   return db as Kysely<any>
 }
 
-/** Throws unless `value` is a usable schema name (or absent). */
-export function checkSchema(value: unknown, where: string): string | undefined {
-  if (value === undefined) return undefined
-  if (typeof value !== 'string' || value.length === 0 || value.length > 63) {
-    throw new OutboxError(
-      'ERR_OUTBOX_INVALID_OPTION',
-      `${where}: \`schema\` must be a non-empty PostgreSQL identifier of at most 63 characters, or left out`,
-    )
+/**
+ * Checks a schema option with the producer's rule (a lower-case SQL identifier) and returns it, or `'public'`
+ * when it is left out; `where` names the function in the message.
+ */
+export function checkSchema(value: unknown, where: string): string {
+  try {
+    return resolveSchema(value as string | undefined)
+  } catch (error) {
+    throw new OutboxError('ERR_OUTBOX_INVALID_OPTION', `${where}: ${(error as Error).message}`, {
+      cause: error,
+      option: 'schema',
+    })
   }
-  return value
-}
-
-function isLogger(value: unknown): value is Logger {
-  if (typeof value !== 'object' || value === null) return false
-  const candidate = value as Record<string, unknown>
-  return (['debug', 'info', 'warn', 'error'] as const).every(
-    (level) => typeof candidate[level] === 'function',
-  )
 }
 
 /** Checks {@link ConsumerOptions} and returns the frozen, defaulted form; every message says what to do. */
 export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsumerOptions {
   if (typeof options !== 'object' || options === null) {
-    throw invalid('pass an options object: createConsumer({ db, secret })')
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      'createConsumer: pass an options object: createConsumer({ db, secret })',
+    )
   }
   for (const key of Object.keys(options)) {
     if (!(KNOWN_OPTIONS as readonly string[]).includes(key)) {
       // A typo such as `secrets` would otherwise silently turn signature checks off.
-      throw invalid(`unknown option \`${key}\`; known options are ${KNOWN_OPTIONS.join(', ')}`)
+      throw invalid(key, `unknown option \`${key}\`; known options are ${KNOWN_OPTIONS.join(', ')}`)
     }
   }
   const db = checkDatabase(options.db, 'createConsumer')
   if ((db as { isTransaction?: boolean }).isTransaction === true) {
     throw invalid(
+      'db',
       '`db` is a transaction; pass the Kysely instance itself — dedupe opens one transaction per delivery',
     )
   }
@@ -207,52 +210,73 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     try {
       keys = parseSigningSecrets(options.secret)
     } catch (error) {
-      const detail = error instanceof ProtocolError ? error.message : 'the secret is not usable'
-      throw new OutboxError('ERR_OUTBOX_INVALID_SECRET', `createConsumer: ${detail}`, { cause: error })
+      const detail =
+        (error as OutboxError).code === 'ERR_OUTBOX_INVALID_SECRET'
+          ? (error as Error).message
+          : 'the secret is not usable'
+      throw new OutboxError('ERR_OUTBOX_INVALID_SECRET', `createConsumer: ${detail}`, {
+        cause: error,
+        option: 'secret',
+      })
     }
   }
 
   const sequence = options.sequence ?? DEFAULT_SEQUENCE_POLICY
   if (!POLICIES.includes(sequence)) {
-    throw invalid(`\`sequence\` must be 'monotonic', 'strict' or 'off' (got ${JSON.stringify(sequence)})`)
+    throw invalid(
+      'sequence',
+      `\`sequence\` must be 'monotonic', 'strict' or 'off' (got ${JSON.stringify(sequence)})`,
+    )
   }
   if (options.firstSequence !== undefined) {
     if (options.firstSequence !== 1 && options.firstSequence !== 'any') {
-      throw invalid(`\`firstSequence\` must be 1 or 'any' (got ${JSON.stringify(options.firstSequence)})`)
+      throw invalid(
+        'firstSequence',
+        `\`firstSequence\` must be 1 or 'any' (got ${JSON.stringify(options.firstSequence)})`,
+      )
     }
     if (sequence !== 'strict') {
-      throw invalid("`firstSequence` only applies to sequence: 'strict'; remove it or set sequence: 'strict'")
+      throw invalid(
+        'firstSequence',
+        "`firstSequence` only applies to sequence: 'strict'; remove it or set sequence: 'strict'",
+      )
     }
   }
 
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
   if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 1) {
-    throw invalid(`\`maxBodyBytes\` must be a positive whole number of bytes (got ${String(maxBodyBytes)})`)
+    throw invalid(
+      'maxBodyBytes',
+      `\`maxBodyBytes\` must be a positive whole number of bytes (got ${String(maxBodyBytes)})`,
+    )
   }
   const toleranceSeconds = options.toleranceSeconds ?? DEFAULT_SIGNATURE_TOLERANCE_SECONDS
   if (typeof toleranceSeconds !== 'number' || !Number.isFinite(toleranceSeconds) || toleranceSeconds <= 0) {
     throw invalid(
+      'toleranceSeconds',
       `\`toleranceSeconds\` must be a positive number of seconds (got ${String(toleranceSeconds)})`,
     )
   }
   if (options.logger !== undefined && !isLogger(options.logger)) {
-    throw invalid('`logger` must have debug, info, warn and error methods (pino and console both fit)')
+    throw invalid(
+      'logger',
+      '`logger` must have debug, info, warn and error methods taking (fields, message): pino fits directly',
+    )
   }
   if (options.onError !== undefined && typeof options.onError !== 'function') {
-    throw invalid('`onError` must be a function (refusal, req) => void')
+    throw invalid('onError', '`onError` must be a function (refusal, req) => void')
   }
 
-  const logger = options.logger ?? DEFAULT_LOGGER
+  const logger = options.logger ?? consoleLogger
   if (maxBodyBytes < PRODUCER_DEFAULT_PAYLOAD_BYTES) {
     logger.warn(
+      { maxBodyBytes },
       'maxBodyBytes is below the producer default payload limit (256 KiB): larger events will get 413',
-      {
-        maxBodyBytes,
-      },
     )
   }
   if (keys === undefined) {
     logger.warn(
+      {},
       'no signing secret: webhooks are accepted without authentication; pass `secret` in production',
     )
   }

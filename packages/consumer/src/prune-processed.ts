@@ -1,9 +1,11 @@
+import { type Duration, parseDuration } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
 import { OutboxError } from './errors.js'
-import { DEFAULT_LOGGER, type Logger, safeLog } from './logger.js'
+import { consoleLogger, type Logger, safeLog } from './logger.js'
 import { checkDatabase, checkSchema } from './options.js'
 import { type ConsumerDatabase, inSchema } from './schema.js'
 import { deleteProcessedBatch } from './sql/delete-processed-batch.js'
+import { hasExpiredProcessed } from './sql/has-expired-processed.js'
 
 /**
  * Options of {@link pruneProcessed}.
@@ -26,10 +28,12 @@ export interface PruneProcessedOptions {
   readonly maxBatches?: number
   /** Pause between batches, to leave room for live traffic. @defaultValue 0 */
   readonly pauseMs?: number
-  /** Schema of the consumer tables (as given to `migrate`). @defaultValue the search_path */
+  /** Schema of the consumer tables (as given to `migrate`): a lower-case SQL identifier. @defaultValue 'public' */
   readonly schema?: string
   /** Told about a retention shorter than the producer's retry horizon. @defaultValue warn/error to the console */
   readonly logger?: Logger
+  /** Stops between batches when aborted (the result then says `caughtUp: false`). */
+  readonly signal?: AbortSignal
 }
 
 /**
@@ -44,47 +48,62 @@ export interface PruneProcessedOptions {
 export interface PruneProcessedResult {
   /** Rows of `processed_events` deleted. */
   readonly removed: number
-  /** True when the last batch was not full: nothing older than the retention is left (at that moment). */
+  /** True when nothing older than the retention is left; false when `maxBatches` (or the signal) stopped it first. */
   readonly caughtUp: boolean
 }
 
 /**
- * Default rows per batch of {@link pruneProcessed}.
+ * Default rows per batch of {@link pruneProcessed} (the producer's `prune` deletes 5000 per batch: its rows are
+ * its own, while these share a table with live deliveries).
  *
  * @example
  * ```ts
- * import { DEFAULT_PRUNE_BATCH_SIZE } from '@outbox/consumer'
- * const batchSize = DEFAULT_PRUNE_BATCH_SIZE * 5
+ * import { DEFAULT_PROCESSED_PRUNE_BATCH_SIZE } from '@outbox/consumer'
+ * const batchSize = DEFAULT_PROCESSED_PRUNE_BATCH_SIZE * 5
  * ```
  */
-export const DEFAULT_PRUNE_BATCH_SIZE = 1000
+export const DEFAULT_PROCESSED_PRUNE_BATCH_SIZE = 1000
+/** @deprecated Use {@link DEFAULT_PROCESSED_PRUNE_BATCH_SIZE} (the producer's constant of this name is 5000). */
+export const DEFAULT_PRUNE_BATCH_SIZE = DEFAULT_PROCESSED_PRUNE_BATCH_SIZE
 /**
  * Default maximum batches per {@link pruneProcessed} call.
  *
  * @example
  * ```ts
- * import { DEFAULT_PRUNE_MAX_BATCHES } from '@outbox/consumer'
- * const maxBatches = DEFAULT_PRUNE_MAX_BATCHES * 2
+ * import { DEFAULT_PROCESSED_PRUNE_MAX_BATCHES } from '@outbox/consumer'
+ * const maxBatches = DEFAULT_PROCESSED_PRUNE_MAX_BATCHES * 2
  * ```
  */
-export const DEFAULT_PRUNE_MAX_BATCHES = 100
+export const DEFAULT_PROCESSED_PRUNE_MAX_BATCHES = 100
+/** @deprecated Use {@link DEFAULT_PROCESSED_PRUNE_MAX_BATCHES} (the producer's constant of this name is 200). */
+export const DEFAULT_PRUNE_MAX_BATCHES = DEFAULT_PROCESSED_PRUNE_MAX_BATCHES
 
 /** The producer's default retry horizon (5 s + 5 m + 30 m + 2 h + 5 h + 10 h + 10 h, +20% jitter), rounded up. */
 const PRODUCER_RETRY_HORIZON_MS = 28 * 3_600_000
 
-const UNITS_MS: Record<string, number> = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }
-
-/** Turns `'30d'`, `'12h'`, `'90m'`, `'45s'`, `'500ms'` or a number of milliseconds into milliseconds. */
+/**
+ * Turns `'30d'`, `'12h'`, `'90m'`, `'45s'`, `'500ms'` or a number of milliseconds into milliseconds.
+ * @deprecated Use `parseDuration(value, 'retention')` from `@outbox/protocol` (the one parser: `w` and decimals too).
+ */
 export function parseRetentionMs(retention: unknown): number {
-  if (typeof retention === 'number' && Number.isSafeInteger(retention) && retention > 0) return retention
-  if (typeof retention === 'string') {
-    const match = /^\s*(\d+)\s*(ms|s|m|h|d)\s*$/.exec(retention)
-    const amount = match ? Number(match[1]) * (UNITS_MS[match[2] ?? ''] ?? Number.NaN) : Number.NaN
-    if (Number.isSafeInteger(amount) && amount > 0) return amount
+  // Its old forms only (whole amounts, no weeks), so a caller relying on it sees no change for this release.
+  const legacy = typeof retention !== 'string' || /^\s*\d+\s*(ms|s|m|h|d)\s*$/.test(retention)
+  return checkRetention(retention, legacy)
+}
+
+/** The retention in milliseconds: a positive duration, with the protocol's one parser. */
+function checkRetention(retention: unknown, accepted = true): number {
+  let ms = Number.NaN
+  try {
+    if (accepted) ms = parseDuration(retention as Duration, 'retention')
+  } catch {
+    // Reported below, with the function's name and the positive bound.
   }
+  if (ms > 0) return ms
   throw new OutboxError(
     'ERR_OUTBOX_INVALID_OPTION',
     `pruneProcessed: \`retention\` must be a positive number of milliseconds or a string like '30d', '36h', '90m' (got ${JSON.stringify(retention)})`,
+    { option: 'retention' },
   )
 }
 
@@ -96,6 +115,7 @@ function positiveInteger(value: unknown, name: string, fallback: number, allowZe
   throw new OutboxError(
     'ERR_OUTBOX_INVALID_OPTION',
     `pruneProcessed: \`${name}\` must be a ${allowZero ? 'non-negative' : 'positive'} whole number (got ${String(value)})`,
+    { option: name },
   )
 }
 
@@ -131,25 +151,43 @@ export async function pruneProcessed(
       "pruneProcessed: pass options, e.g. { retention: '30d' }",
     )
   }
-  const retentionMs = parseRetentionMs(options.retention)
-  const batchSize = positiveInteger(options.batchSize, 'batchSize', DEFAULT_PRUNE_BATCH_SIZE)
-  const maxBatches = positiveInteger(options.maxBatches, 'maxBatches', DEFAULT_PRUNE_MAX_BATCHES)
+  const retentionMs = checkRetention(options.retention)
+  const batchSize = positiveInteger(options.batchSize, 'batchSize', DEFAULT_PROCESSED_PRUNE_BATCH_SIZE)
+  const maxBatches = positiveInteger(options.maxBatches, 'maxBatches', DEFAULT_PROCESSED_PRUNE_MAX_BATCHES)
   const pauseMs = positiveInteger(options.pauseMs, 'pauseMs', 0, true)
   const schema = checkSchema(options.schema, 'pruneProcessed')
-  const logger = options.logger ?? DEFAULT_LOGGER
+  const logger = options.logger ?? consoleLogger
   if (retentionMs < PRODUCER_RETRY_HORIZON_MS) {
-    safeLog(logger, 'warn', 'pruneProcessed: retention is shorter than the producer retry horizon (≈ 28 h)', {
-      retentionMs,
-    })
+    safeLog(
+      logger,
+      'warn',
+      { retentionMs },
+      'pruneProcessed: retention is shorter than the producer retry horizon (≈ 28 h)',
+    )
   }
 
   const own = inSchema(db as Kysely<ConsumerDatabase>, schema)
   let removed = 0
   for (let batch = 0; batch < maxBatches; batch++) {
-    if (batch > 0 && pauseMs > 0) await new Promise((resolve) => setTimeout(resolve, pauseMs))
+    if (batch > 0 && pauseMs > 0) await pause(pauseMs, options.signal)
+    if (options.signal?.aborted) return { removed, caughtUp: false }
     const deleted = await deleteProcessedBatch(own, { retentionMs, batchSize })
     removed += deleted
     if (deleted < batchSize) return { removed, caughtUp: true }
   }
-  return { removed, caughtUp: false }
+  // The budget ran out on a full batch: it finished only if nothing past retention is left.
+  return { removed, caughtUp: !(await hasExpiredProcessed(own, retentionMs)) }
+}
+
+/** Waits `ms`, or less if `signal` aborts, so a stopping service does not wait out a long pause. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer)
+      signal?.removeEventListener('abort', done)
+      resolve()
+    }
+    const timer = setTimeout(done, ms)
+    signal?.addEventListener('abort', done, { once: true })
+  })
 }

@@ -88,7 +88,7 @@ describe('createConsumer checks its options once, with messages that say what to
       maxBodyBytes: 1_048_576,
       toleranceSeconds: 300,
       keys: undefined,
-      schema: undefined,
+      schema: 'public', // the default moved from the search_path to 'public' (issue 16)
     })
     expect(Object.isFrozen(resolved)).toBe(true)
   })

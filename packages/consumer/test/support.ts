@@ -24,8 +24,8 @@ export function recordingLogger(): Logger & {
   const lines: { level: string; msg: string; meta?: Record<string, unknown> }[] = []
   const at =
     (level: string) =>
-    (msg: string, meta?: Record<string, unknown>): void => {
-      lines.push({ level, msg, ...(meta === undefined ? {} : { meta }) })
+    (meta: Record<string, unknown>, msg: string): void => {
+      lines.push({ level, msg, meta })
     }
   return { lines, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') }
 }

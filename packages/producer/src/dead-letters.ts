@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely'
-import { OutboxError } from './errors.js'
+import { invalidOption, OutboxError } from './errors.js'
 import { resolveSchema } from './schema-name.js'
 import { redriveDead } from './sql/redrive-dead.js'
 import { selectDeadLetters } from './sql/select-dead-letters.js'
@@ -51,9 +51,10 @@ export async function listDeadLetters(
 ): Promise<DeadLetter[]> {
   const limit = options.limit ?? 100
   if (!Number.isSafeInteger(limit) || limit <= 0) {
-    throw new OutboxError(
-      'ERR_OUTBOX_INVALID_OPTIONS',
-      `limit must be a positive integer, got ${options.limit}`,
+    throw invalidOption(
+      'limit',
+      options.limit,
+      (name, got) => `${name('limit')} must be a positive integer, got ${got}`,
     )
   }
   const rows = await selectDeadLetters(
@@ -83,9 +84,10 @@ function decodeCursor(cursor: string | undefined): { deadAt: string; id: string 
   if (cursor === undefined) return undefined
   const match = typeof cursor === 'string' ? CURSOR.exec(cursor) : null
   if (!match || Number.isNaN(Date.parse(match[1]!))) {
-    throw new OutboxError(
-      'ERR_OUTBOX_INVALID_OPTIONS',
-      `after must be the cursor of a listed dead letter, got ${JSON.stringify(cursor)}`,
+    throw invalidOption(
+      'after',
+      cursor,
+      (name, got) => `${name('after')} must be the cursor of a listed dead letter, got ${got}`,
     )
   }
   return { deadAt: match[1]!, id: match[2]! }
@@ -156,13 +158,16 @@ export async function redrive(db: Kysely<any>, options: RedriveOptions): Promise
     const bad = options.eventIds.filter((id) => typeof id !== 'string' || !UUID.test(id))
     if (bad.length > 0) {
       throw new OutboxError(
-        'ERR_OUTBOX_INVALID_OPTIONS',
+        'ERR_OUTBOX_INVALID_OPTION',
         `event ids must be UUIDs; not one: ${bad.map((id) => JSON.stringify(id)).join(', ')}`,
+        { option: 'eventIds' },
       )
     }
     ids = options.eventIds.map((id) => id.toLowerCase())
   } else {
-    throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', 'redrive needs { eventIds: [...] } or { all: true }')
+    throw new OutboxError('ERR_OUTBOX_INVALID_OPTION', 'redrive needs { eventIds: [...] } or { all: true }', {
+      option: 'eventIds',
+    })
   }
   const redriven = await redriveRetryingDeadlocks(db, schema, ids)
   const revived = new Set(redriven)

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Transaction } from 'kysely'
-import { OutboxError } from './errors.js'
+import { invalidOption, OutboxError } from './errors.js'
 import { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput, validateEvent } from './event-input.js'
 import { notifyChannel, resolveSchema } from './schema-name.js'
 import { type EnqueuedEvent, insertEvent } from './sql/insert-event.js'
@@ -29,9 +29,10 @@ function assertTransaction(trx: unknown): asserts trx is Transaction<any> {
 function resolveEnqueueOptions(options: EnqueueOptions) {
   const maxPayloadBytes = options.maxPayloadBytes ?? DEFAULT_MAX_PAYLOAD_BYTES
   if (!Number.isSafeInteger(maxPayloadBytes) || maxPayloadBytes <= 0) {
-    throw new OutboxError(
-      'ERR_OUTBOX_INVALID_OPTIONS',
-      `maxPayloadBytes must be a positive integer, got ${maxPayloadBytes}`,
+    throw invalidOption(
+      'maxPayloadBytes',
+      maxPayloadBytes,
+      (name, got) => `${name('maxPayloadBytes')} must be a positive integer, got ${got}`,
     )
   }
   const schema = resolveSchema(options.schema)

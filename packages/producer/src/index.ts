@@ -46,6 +46,8 @@ export {
   type ResolvedRelayOptions,
 } from './options.js'
 export {
+  DEFAULT_OUTBOX_PRUNE_BATCH_SIZE,
+  DEFAULT_OUTBOX_PRUNE_MAX_BATCHES,
   DEFAULT_PRUNE_BATCH_SIZE,
   DEFAULT_PRUNE_MAX_BATCHES,
   type PruneOptions,

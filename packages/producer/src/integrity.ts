@@ -1,5 +1,5 @@
 import type { Kysely } from 'kysely'
-import { OutboxError } from './errors.js'
+import { invalidOption } from './errors.js'
 import { DEFAULT_LEASE_MS } from './options.js'
 import { resolveSchema } from './schema-name.js'
 import { findOverdueHeads, findViolations } from './sql/find-violations.js'
@@ -73,7 +73,7 @@ export const DEFAULT_OVERDUE_AFTER_MS = 300_000
 function positive(value: number | undefined, fallback: number, name: string): number {
   const resolved = value ?? fallback
   if (!Number.isSafeInteger(resolved) || resolved <= 0) {
-    throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', `${name} must be a positive integer, got ${value}`)
+    throw invalidOption(name, value, (spell, got) => `${spell(name)} must be a positive integer, got ${got}`)
   }
   return resolved
 }

@@ -1,6 +1,6 @@
 import { type OutboxEvent, parseSigningSecrets, type SigningKey } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
-import { OutboxError } from './errors.js'
+import { invalidOption, type OptionMessage, OutboxError } from './errors.js'
 import type { ListenOption } from './listen.js'
 import { consoleLogger, type Logger } from './logger.js'
 import type { MetricsOptions } from './metrics.js'
@@ -26,6 +26,8 @@ export interface RelayOptions {
   /** The subscriber's URL, or a function of the event returning it. */
   readonly endpoint: Endpoint
   /** Standard Webhooks secret(s) `whsec_…`; with several, every request carries one signature per secret (rotation). */
+  readonly secret?: string | readonly string[]
+  /** @deprecated Use {@link RelayOptions.secret} (the consumer's and Standard Webhooks' word). */
   readonly signingSecret?: string | readonly string[]
   /** How long a claim owns its lane. @defaultValue 60000 */
   readonly leaseMs?: number
@@ -99,8 +101,32 @@ export interface ResolvedRelayOptions {
   readonly maxBufferedBytes: number
 }
 
-function invalid(message: string): never {
-  throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', message)
+/**
+ * Every option {@link RelayOptions} has (a record, so adding an option without listing it fails to compile):
+ * anything else is a typo that would otherwise be ignored.
+ */
+const KNOWN: Readonly<Record<keyof RelayOptions, true>> = {
+  db: true,
+  endpoint: true,
+  secret: true,
+  signingSecret: true,
+  leaseMs: true,
+  requestTimeoutMs: true,
+  batchSize: true,
+  concurrency: true,
+  retrySchedule: true,
+  onExhausted: true,
+  pollIntervalMs: true,
+  logger: true,
+  schema: true,
+  listen: true,
+  metrics: true,
+  maxBufferedBytes: true,
+}
+const KNOWN_OPTIONS = Object.keys(KNOWN)
+
+function invalid(option: string, value: unknown, render: OptionMessage, cause?: unknown): never {
+  throw invalidOption(option, value, render, cause)
 }
 
 function integer(
@@ -112,37 +138,71 @@ function integer(
 ): number {
   const resolved = value ?? fallback
   if (typeof resolved !== 'number' || !Number.isSafeInteger(resolved) || resolved < min || resolved > max) {
-    invalid(`${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(value)}`)
+    invalid(
+      name,
+      value,
+      (spell, got) => `${spell(name)} must be an integer from ${min} to ${max}, got ${got}`,
+    )
   }
   return resolved
 }
 
 /** Checks an endpoint URL: absolute, http or https. */
 export function checkEndpointUrl(url: unknown, name = 'endpoint'): string {
-  if (typeof url !== 'string') invalid(`${name} must be an absolute http(s) URL string, got ${typeof url}`)
+  if (typeof url !== 'string') {
+    invalid(name, url, (spell) => `${spell(name)} must be an absolute http(s) URL string, got ${typeof url}`)
+  }
   let parsed: URL
   try {
     parsed = new URL(url)
-  } catch {
-    invalid(`${name} is not a valid URL: ${JSON.stringify(url)} (expected e.g. https://example.com/hooks)`)
+  } catch (error) {
+    invalid(
+      name,
+      url,
+      (spell, got) => `${spell(name)} is not a valid URL: ${got} (expected e.g. https://example.com/hooks)`,
+      error,
+    )
   }
   if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') {
-    invalid(`${name} must use http or https, got ${parsed.protocol.replace(':', '')}`)
+    invalid(
+      name,
+      url,
+      (spell) => `${spell(name)} must use http or https, got ${parsed.protocol.replace(':', '')}`,
+    )
   }
   return url
 }
 
 /** Validates relay options once, at construction, with messages that say what to change. */
 export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
-  if (typeof options !== 'object' || options === null)
-    invalid('Relay needs an options object: new Relay({ db, endpoint })')
+  if (typeof options !== 'object' || options === null) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      'Relay needs an options object: new Relay({ db, endpoint })',
+    )
+  }
+  for (const key of Object.keys(options)) {
+    if (!Object.hasOwn(KNOWN, key)) {
+      // A typo such as `secrets` would otherwise silently send unsigned requests.
+      invalid(
+        key,
+        undefined,
+        (spell) => `unknown option ${spell(key)}; known options are ${KNOWN_OPTIONS.join(', ')}`,
+      )
+    }
+  }
   const { db } = options
   if (
     typeof db !== 'object' ||
     db === null ||
     typeof (db as { selectFrom?: unknown }).selectFrom !== 'function'
   ) {
-    invalid('db must be a Kysely instance (new Kysely({ dialect: new PostgresDialect({ pool }) }))')
+    invalid(
+      'db',
+      undefined,
+      (spell) =>
+        `${spell('db')} must be a Kysely instance (new Kysely({ dialect: new PostgresDialect({ pool }) }))`,
+    )
   }
   let endpoint: (event: EndpointEvent) => string
   if (typeof options.endpoint === 'function') endpoint = options.endpoint
@@ -150,12 +210,23 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     const url = checkEndpointUrl(options.endpoint)
     endpoint = () => url
   }
+  if (options.secret !== undefined && options.signingSecret !== undefined) {
+    invalid(
+      'signingSecret',
+      undefined,
+      (spell) => `give ${spell('secret')} only: ${spell('signingSecret')} is its deprecated old name`,
+    )
+  }
+  const secretOption = options.signingSecret !== undefined ? 'signingSecret' : 'secret'
+  const secret = options.secret ?? options.signingSecret
   let signingKeys: readonly SigningKey[] = []
-  if (options.signingSecret !== undefined) {
+  if (secret !== undefined) {
     try {
-      signingKeys = parseSigningSecrets(options.signingSecret)
+      signingKeys = parseSigningSecrets(secret)
     } catch (error) {
-      invalid(`signingSecret: ${error instanceof Error ? error.message : String(error)}`)
+      // The protocol's message already says "signing secret", names the bad entry and never shows a secret.
+      const detail = error instanceof Error ? error.message : String(error)
+      invalid(secretOption, undefined, () => detail, error)
     }
   }
   const leaseMs = integer(options.leaseMs, DEFAULT_LEASE_MS, 'leaseMs', 100)
@@ -167,7 +238,10 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   )
   if (requestTimeoutMs + LEASE_MARGIN_MS >= leaseMs) {
     invalid(
-      `requestTimeoutMs (${requestTimeoutMs}) + a ${LEASE_MARGIN_MS} ms margin must be below leaseMs (${leaseMs}): a request must never outlive the lease that allowed it; raise leaseMs or lower requestTimeoutMs`,
+      'requestTimeoutMs',
+      requestTimeoutMs,
+      (spell) =>
+        `${spell('requestTimeoutMs')} (${requestTimeoutMs}) + a ${LEASE_MARGIN_MS} ms margin must be below ${spell('leaseMs')} (${leaseMs}): a request must never outlive the lease that allowed it; raise ${spell('leaseMs')} or lower ${spell('requestTimeoutMs')}`,
     )
   }
   const retrySchedule = options.retrySchedule ?? DEFAULT_RETRY_SCHEDULE
@@ -175,12 +249,22 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     !Array.isArray(retrySchedule) ||
     retrySchedule.some((delay) => typeof delay !== 'number' || !Number.isFinite(delay) || delay < 0)
   ) {
-    invalid('retrySchedule must be an array of non-negative millisecond delays, e.g. [5000, 300000]')
+    invalid(
+      'retrySchedule',
+      retrySchedule,
+      (spell) =>
+        `${spell('retrySchedule')} must be an array of non-negative millisecond delays, e.g. [5000, 300000]`,
+    )
   }
   const listen = options.listen ?? false
   if (listen !== false && typeof listen !== 'function') {
     if (typeof listen !== 'object' || listen === null || typeof listen.connectionString !== 'string') {
-      invalid('listen must be { connectionString }, a function returning a connected pg.Client, or false')
+      invalid(
+        'listen',
+        undefined,
+        (spell) =>
+          `${spell('listen')} must be { connectionString }, a function returning a connected pg.Client, or false`,
+      )
     }
     if (listen.connectTimeoutMs !== undefined) {
       integer(listen.connectTimeoutMs, 0, 'listen.connectTimeoutMs', 1)
@@ -190,13 +274,20 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     const register = (options.metrics as { register?: { registerMetric?: unknown } } | null)?.register
     if (typeof register?.registerMetric !== 'function') {
       invalid(
-        'metrics must be { register } with a prom-client Registry (e.g. new Registry() or the default register)',
+        'metrics',
+        undefined,
+        (spell) =>
+          `${spell('metrics')} must be { register } with a prom-client Registry (e.g. new Registry() or the default register)`,
       )
     }
   }
   const onExhausted = options.onExhausted ?? 'skip'
   if (onExhausted !== 'skip' && onExhausted !== 'block') {
-    invalid(`onExhausted must be 'skip' or 'block', got ${JSON.stringify(onExhausted)}`)
+    invalid(
+      'onExhausted',
+      onExhausted,
+      (spell, got) => `${spell('onExhausted')} must be one of skip, block; got ${got}`,
+    )
   }
   return Object.freeze({
     db,

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely'
 import { type Duration, parseDuration } from './duration.js'
-import { OutboxError } from './errors.js'
+import { invalidOption, OutboxError } from './errors.js'
 import { resolveSchema } from './schema-name.js'
 import { deleteExpired, hasExpired } from './sql/delete-expired.js'
 
@@ -32,15 +32,19 @@ export interface PruneResult {
   readonly caughtUp: boolean
 }
 
-/** Default rows per prune batch. */
-export const DEFAULT_PRUNE_BATCH_SIZE = 5000
-/** Default batch budget of one prune run. */
-export const DEFAULT_PRUNE_MAX_BATCHES = 200
+/** Default rows per {@link prune} batch (the consumer's `pruneProcessed` deletes 1000 per batch). */
+export const DEFAULT_OUTBOX_PRUNE_BATCH_SIZE = 5000
+/** Default batch budget of one {@link prune} run (the consumer's `pruneProcessed` has 100). */
+export const DEFAULT_OUTBOX_PRUNE_MAX_BATCHES = 200
+/** @deprecated Use {@link DEFAULT_OUTBOX_PRUNE_BATCH_SIZE} (the consumer's constant of this name is 1000). */
+export const DEFAULT_PRUNE_BATCH_SIZE = DEFAULT_OUTBOX_PRUNE_BATCH_SIZE
+/** @deprecated Use {@link DEFAULT_OUTBOX_PRUNE_MAX_BATCHES} (the consumer's constant of this name is 100). */
+export const DEFAULT_PRUNE_MAX_BATCHES = DEFAULT_OUTBOX_PRUNE_MAX_BATCHES
 
 function positiveInteger(value: number | undefined, fallback: number, name: string): number {
   const resolved = value ?? fallback
   if (!Number.isSafeInteger(resolved) || resolved <= 0) {
-    throw new OutboxError('ERR_OUTBOX_INVALID_OPTIONS', `${name} must be a positive integer, got ${value}`)
+    throw invalidOption(name, value, (spell, got) => `${spell(name)} must be a positive integer, got ${got}`)
   }
   return resolved
 }
@@ -61,8 +65,9 @@ function positiveInteger(value: number | undefined, fallback: number, name: stri
 export async function prune(db: Kysely<any>, options: PruneOptions): Promise<PruneResult> {
   if (typeof options !== 'object' || options === null || options.retention === undefined) {
     throw new OutboxError(
-      'ERR_OUTBOX_INVALID_OPTIONS',
+      'ERR_OUTBOX_INVALID_OPTION',
       "prune needs { retention }, e.g. prune(db, { retention: '30d' })",
+      { option: 'retention' },
     )
   }
   const schema = resolveSchema(options.schema)
@@ -71,8 +76,8 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
     options.deadLetterRetention === undefined
       ? undefined
       : parseDuration(options.deadLetterRetention, 'deadLetterRetention')
-  const batchSize = positiveInteger(options.batchSize, DEFAULT_PRUNE_BATCH_SIZE, 'batchSize')
-  const maxBatches = positiveInteger(options.maxBatches, DEFAULT_PRUNE_MAX_BATCHES, 'maxBatches')
+  const batchSize = positiveInteger(options.batchSize, DEFAULT_OUTBOX_PRUNE_BATCH_SIZE, 'batchSize')
+  const maxBatches = positiveInteger(options.maxBatches, DEFAULT_OUTBOX_PRUNE_MAX_BATCHES, 'maxBatches')
   const pauseMs = parseDuration(options.pauseMs ?? 0, 'pauseMs')
 
   const sqlContext = { db, schema }

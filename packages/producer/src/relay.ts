@@ -92,7 +92,7 @@ export function relayTestHooks(relay: Relay): RelayTestHooks {
  * import type { Kysely } from 'kysely'
  * import { Relay } from '@outbox/producer'
  * declare const db: Kysely<any>
- * const relay = new Relay({ db, endpoint: 'https://billing.internal/hooks', signingSecret: process.env.OUTBOX_SIGNING_SECRET })
+ * const relay = new Relay({ db, endpoint: 'https://billing.internal/hooks', secret: process.env.OUTBOX_SECRET })
  * relay.on('delivery:dead', (event) => console.error('dead letter', event.eventId, event.error))
  * await relay.start()
  * process.once('SIGTERM', () => void relay.stop({ timeoutMs: 10_000 }))
@@ -131,7 +131,7 @@ export class Relay {
   #listener: Listener | undefined
   #metrics: Promise<RelayMetrics> | undefined
 
-  /** Checks every option now and throws `OutboxError` (`ERR_OUTBOX_INVALID_OPTIONS`) with what to change. */
+  /** Checks every option now and throws `OutboxError` (`ERR_OUTBOX_INVALID_OPTION`, naming it in `option`) with what to change. */
   constructor(options: RelayOptions) {
     this.#options = resolveRelayOptions(options)
     this.#runtime = runtimeOf(options)

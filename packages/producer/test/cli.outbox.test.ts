@@ -6,9 +6,9 @@ import {
   DEFAULT_BATCH_SIZE,
   DEFAULT_CONCURRENCY,
   DEFAULT_LEASE_MS,
+  DEFAULT_OUTBOX_PRUNE_BATCH_SIZE,
+  DEFAULT_OUTBOX_PRUNE_MAX_BATCHES,
   DEFAULT_POLL_INTERVAL_MS,
-  DEFAULT_PRUNE_BATCH_SIZE,
-  DEFAULT_PRUNE_MAX_BATCHES,
   DEFAULT_REQUEST_TIMEOUT_MS,
   DEFAULT_RETRY_SCHEDULE,
   STRUGGLING_ATTEMPTS,
@@ -82,8 +82,8 @@ describe.concurrent('outbox (top level)', () => {
       return `${ms / size}${unit}`
     }).join(',')
     expect(relay).toContain(`(default ${schedule};`)
-    expect(HELP.prune).toContain(`rows per delete statement (default ${DEFAULT_PRUNE_BATCH_SIZE})`)
-    expect(HELP.prune).toContain(`for this run (default ${DEFAULT_PRUNE_MAX_BATCHES})`)
+    expect(HELP.prune).toContain(`rows per delete statement (default ${DEFAULT_OUTBOX_PRUNE_BATCH_SIZE})`)
+    expect(HELP.prune).toContain(`for this run (default ${DEFAULT_OUTBOX_PRUNE_MAX_BATCHES})`)
     expect(HELP.stats).toContain(`failed ${STRUGGLING_ATTEMPTS} or more times`)
   })
 

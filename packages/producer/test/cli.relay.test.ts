@@ -87,7 +87,7 @@ describe.concurrent('outbox relay', () => {
         DATABASE_URL: t.url,
         OUTBOX_SCHEMA: schema,
         OUTBOX_ENDPOINT: `${hooks.url}?token=abc123`,
-        OUTBOX_SIGNING_SECRET: `${a}, ${b}`,
+        OUTBOX_SECRET: `${a}, ${b}`,
       }),
       { onTestFinished },
     )
@@ -178,7 +178,7 @@ describe.concurrent('outbox relay', () => {
         '--log-level',
         'warn',
       ],
-      cliEnv({ DATABASE_URL: t.url, OUTBOX_SIGNING_SECRET: 'whsec_bm90LXVzZWQ=' }),
+      cliEnv({ DATABASE_URL: t.url, OUTBOX_SECRET: 'whsec_bm90LXVzZWQ=' }),
       { onTestFinished },
     )
     await relay.waitFor(() => relay.stdout().includes('"event":"lane:blocked"'), 'the blocked lane')
@@ -431,7 +431,7 @@ describe.concurrent('outbox relay', () => {
       cliEnv({
         DATABASE_URL: REFUSED_URL,
         OUTBOX_ENDPOINT: 'http://127.0.0.1:9/h',
-        OUTBOX_SIGNING_SECRET: `${secret()},env-s3cret`,
+        OUTBOX_SECRET: `${secret()},env-s3cret`,
       }),
     )
     const line = expectFailure(fromEnv, 2, /^outbox: signing secret #2 must start with "whsec_"/)

@@ -164,7 +164,7 @@ describe('listDeadLetters', () => {
       { schema: 'X' },
     ]) {
       await expect(listDeadLetters(t.db, options)).rejects.toMatchObject({
-        code: 'ERR_OUTBOX_INVALID_OPTIONS',
+        code: 'ERR_OUTBOX_INVALID_OPTION',
       })
     }
   })
@@ -252,7 +252,7 @@ describe('redrive', () => {
       { all: true, schema: 'No' },
     ]) {
       await expect(redrive(t.db, options as RedriveOptions)).rejects.toMatchObject({
-        code: 'ERR_OUTBOX_INVALID_OPTIONS',
+        code: 'ERR_OUTBOX_INVALID_OPTION',
       })
     }
     expect((await row(a[0]!.eventId)).status).toBe('dead')

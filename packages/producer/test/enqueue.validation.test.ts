@@ -174,9 +174,9 @@ describe('enqueue refuses bad input before writing anything', () => {
       { schema: 'Tenant-A; DROP TABLE outbox' },
       /schema must be a lower-case SQL identifier/,
     ],
-  ])('%s → ERR_OUTBOX_INVALID_OPTIONS', async (_label, options, message) => {
-    await expectRefused((trx) => enqueue(trx, good, options), 'ERR_OUTBOX_INVALID_OPTIONS', message)
-    await expectRefused((trx) => enqueueMany(trx, [good], options), 'ERR_OUTBOX_INVALID_OPTIONS', message)
+  ])('%s → ERR_OUTBOX_INVALID_OPTION', async (_label, options, message) => {
+    await expectRefused((trx) => enqueue(trx, good, options), 'ERR_OUTBOX_INVALID_OPTION', message)
+    await expectRefused((trx) => enqueueMany(trx, [good], options), 'ERR_OUTBOX_INVALID_OPTION', message)
   })
 
   it('enqueueMany names the bad event and writes none of the good ones', async () => {

@@ -430,7 +430,7 @@ describe('options', () => {
     ['a zero limit', { limit: 0 }, /limit must be a positive integer, got 0/],
     ['a bad schema', { schema: 'Bad Schema' }, /schema/],
   ])(
-    'refuse %s with ERR_OUTBOX_INVALID_OPTIONS, and a repair with them changes nothing',
+    'refuse %s with ERR_OUTBOX_INVALID_OPTION, and a repair with them changes nothing',
     async (_label, options, message) => {
       await seedEvents(t.db, ['held-tail'], 2)
       await sql`UPDATE outbox SET available_at = 'infinity' WHERE aggregate_id = 'held-tail' AND sequence = 2`.execute(
@@ -439,12 +439,12 @@ describe('options', () => {
       const check = checkIntegrity(t.db, options)
       await expect(check).rejects.toBeInstanceOf(OutboxError)
       await expect(check).rejects.toMatchObject({
-        code: 'ERR_OUTBOX_INVALID_OPTIONS',
+        code: 'ERR_OUTBOX_INVALID_OPTION',
         message: expect.stringMatching(message),
       })
       await expect(repairIntegrity(t.db, options)).rejects.toMatchObject({
         name: 'OutboxError',
-        code: 'ERR_OUTBOX_INVALID_OPTIONS',
+        code: 'ERR_OUTBOX_INVALID_OPTION',
       })
       expect(await shape('held-tail')).toEqual([
         [1, 'pending', false],

@@ -2,8 +2,8 @@ import { useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { beforeEach, describe, expect, it } from 'vitest'
 import {
-  DEFAULT_PRUNE_BATCH_SIZE,
-  DEFAULT_PRUNE_MAX_BATCHES,
+  DEFAULT_OUTBOX_PRUNE_BATCH_SIZE,
+  DEFAULT_OUTBOX_PRUNE_MAX_BATCHES,
   enqueue,
   type PruneOptions,
   parseDuration,
@@ -169,8 +169,8 @@ describe('prune', () => {
   })
 
   it('has documented defaults', () => {
-    expect(DEFAULT_PRUNE_BATCH_SIZE).toBe(5000)
-    expect(DEFAULT_PRUNE_MAX_BATCHES).toBe(200)
+    expect(DEFAULT_OUTBOX_PRUNE_BATCH_SIZE).toBe(5000)
+    expect(DEFAULT_OUTBOX_PRUNE_MAX_BATCHES).toBe(200)
     expect(parseDuration('30d', 'retention')).toBe(2_592_000_000)
     expect(parseDuration('1.5h', 'x')).toBe(5_400_000)
     expect(parseDuration(' 90s ', 'x')).toBe(90_000)
@@ -205,11 +205,11 @@ describe('prune', () => {
       { retention: '30d', schema: 'Bad Schema' },
       /schema must be a lower-case SQL identifier/,
     ],
-  ])('refuses %s with ERR_OUTBOX_INVALID_OPTIONS and deletes nothing', async (_label, options, message) => {
+  ])('refuses %s with ERR_OUTBOX_INVALID_OPTION and deletes nothing', async (_label, options, message) => {
     await seed('old_sent', 2, 'sent', 400)
     await expect(prune(t.db, options as PruneOptions)).rejects.toMatchObject({
       name: 'OutboxError',
-      code: 'ERR_OUTBOX_INVALID_OPTIONS',
+      code: 'ERR_OUTBOX_INVALID_OPTION',
       message: expect.stringMatching(message),
     })
     expect(await remaining()).toEqual({ old_sent: 2 })

@@ -78,7 +78,7 @@ describe('relay delivery', () => {
           payload: { a: 1 },
         }),
       )
-      const relay = new Relay({ db: t.db, endpoint: sink.url, signingSecret: secrets, logger: silentLogger })
+      const relay = new Relay({ db: t.db, endpoint: sink.url, secret: secrets, logger: silentLogger })
       await relay.runOnce()
       const request = sink.requests[0]!
       const signatures = String(request.headers[HEADERS.webhookSignature]).split(' ')

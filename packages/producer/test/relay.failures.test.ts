@@ -157,7 +157,7 @@ describe('relay failure handling', () => {
     ).toThrow(/requestTimeoutMs \(900\) \+ a 250 ms margin must be below leaseMs \(1000\)/)
     expect(() => new Relay({ db: t.db, endpoint: 'ftp://x/hooks' })).toThrow(/http or https/)
     expect(() => new Relay({ db: t.db, endpoint: 'not a url' })).toThrow(/not a valid URL/)
-    expect(() => new Relay({ db: t.db, endpoint: 'http://x/h', signingSecret: 'secret' })).toThrow(/whsec_/)
+    expect(() => new Relay({ db: t.db, endpoint: 'http://x/h', secret: 'secret' })).toThrow(/whsec_/)
     expect(() => new Relay({ db: t.db, endpoint: 'http://x/h', concurrency: 0 })).toThrow(/concurrency/)
     expect(() => new Relay({ db: t.db, endpoint: 'http://x/h', onExhausted: 'drop' as 'skip' })).toThrow(
       /onExhausted/,

@@ -307,7 +307,7 @@ describe('migrate', () => {
 
   it('refuses a schema name that is not a plain lower-case identifier', async () => {
     for (const schema of ['Tenant', 'tenant-a', 'a"; DROP SCHEMA public; --', '', '1abc']) {
-      await expect(migrate(t.db, { schema })).rejects.toMatchObject({ code: 'ERR_OUTBOX_INVALID_OPTIONS' })
+      await expect(migrate(t.db, { schema })).rejects.toMatchObject({ code: 'ERR_OUTBOX_INVALID_OPTION' })
       expect(() => producerMigrationSql({ schema })).toThrow(/schema must be a lower-case SQL identifier/)
     }
   })

@@ -1,3 +1,4 @@
+export { type Duration, parseDuration } from './duration.js'
 export {
   fromWireEnvelope,
   type JsonValue,
@@ -11,8 +12,17 @@ export {
   validateEnvelope,
   type WireEnvelope,
 } from './envelope.js'
-export { ProtocolError, type ProtocolErrorCode } from './errors.js'
+export {
+  invalidOption,
+  type OptionMessage,
+  OutboxError,
+  type OutboxErrorCode,
+  type OutboxErrorOptions,
+  ProtocolError,
+  type ProtocolErrorCode,
+} from './errors.js'
 export { CONTENT_TYPE_JSON, CONTENT_TYPE_PROBLEM, HEADERS } from './headers.js'
+export { consoleLogger, isLogger, type Logger, type LogMethod, silentLogger } from './logger.js'
 export {
   DELIVERY_STATUSES,
   type DeliveryStatus,
@@ -22,6 +32,7 @@ export {
   type ProblemDetails,
   problem,
 } from './problems.js'
+export { DEFAULT_SCHEMA, resolveSchema } from './schema-name.js'
 export {
   DEFAULT_SIGNATURE_TOLERANCE_SECONDS,
   parseSigningSecrets,

@@ -1,6 +1,6 @@
 import { timingSafeEqual } from 'node:crypto'
 import { Webhook } from 'standardwebhooks'
-import { ProtocolError } from './errors.js'
+import { OutboxError } from './errors.js'
 import { HEADERS } from './headers.js'
 
 /** How far a `webhook-timestamp` may be from the receiver's clock, either way, by default (Standard Webhooks). */
@@ -19,7 +19,7 @@ export interface SigningKey {
 /**
  * Checks one secret or a rotation list and prepares them for signing or verifying.
  *
- * Secrets are `whsec_` followed by base64 (the Standard Webhooks format). Throws {@link ProtocolError}
+ * Secrets are `whsec_` followed by base64 (the Standard Webhooks format). Throws {@link OutboxError}
  * `ERR_OUTBOX_INVALID_SECRET` with a message that says what is wrong — never the secret itself.
  *
  * @example
@@ -31,7 +31,7 @@ export interface SigningKey {
 export function parseSigningSecrets(secrets: string | readonly string[]): readonly SigningKey[] {
   const list = typeof secrets === 'string' ? [secrets] : secrets
   if (!Array.isArray(list) || list.length === 0) {
-    throw new ProtocolError(
+    throw new OutboxError(
       'ERR_OUTBOX_INVALID_SECRET',
       'signing secret: give a "whsec_…" string or a non-empty array',
     )
@@ -40,16 +40,16 @@ export function parseSigningSecrets(secrets: string | readonly string[]): readon
     list.map((secret, index) => {
       const where = list.length > 1 ? `signing secret #${index + 1}` : 'signing secret'
       if (typeof secret !== 'string' || !secret.startsWith(SECRET_PREFIX)) {
-        throw new ProtocolError(
+        throw new OutboxError(
           'ERR_OUTBOX_INVALID_SECRET',
           `${where} must start with "whsec_" followed by base64`,
         )
       }
       const encoded = secret.slice(SECRET_PREFIX.length)
       // standardwebhooks decodes strict, padded base64 and throws a bare Error otherwise: check it here so the
-      // caller gets a ProtocolError that says what to fix.
+      // caller gets an OutboxError that says what to fix.
       if (!BASE64.test(encoded) || encoded.length % 4 !== 0) {
-        throw new ProtocolError(
+        throw new OutboxError(
           'ERR_OUTBOX_INVALID_SECRET',
           `${where}: the part after "whsec_" is not valid base64 (padded with "=" to a multiple of 4 characters)`,
         )
@@ -57,7 +57,7 @@ export function parseSigningSecrets(secrets: string | readonly string[]): readon
       try {
         return { secret, webhook: new Webhook(secret) }
       } catch (error) {
-        throw new ProtocolError('ERR_OUTBOX_INVALID_SECRET', `${where}: the key is not usable`, {
+        throw new OutboxError('ERR_OUTBOX_INVALID_SECRET', `${where}: the key is not usable`, {
           cause: error,
         })
       }

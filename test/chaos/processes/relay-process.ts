@@ -31,7 +31,7 @@ const retrySchedule = [...config.retrySchedule, ...Array<number>(config.repeatLa
 const relay = new Relay({
   db,
   endpoint: config.endpoint,
-  signingSecret: config.signingSecret,
+  secret: config.signingSecret,
   leaseMs: config.leaseMs,
   requestTimeoutMs: config.requestTimeoutMs,
   concurrency: config.concurrency,

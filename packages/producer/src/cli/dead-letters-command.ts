@@ -5,6 +5,7 @@ import { type CliIo, writeLine } from './command.js'
 import { formatTable, truncate } from './format-text.js'
 import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
+import { withFlagNames } from './option-flags.js'
 import { DATABASE_FLAGS, integerFlag, parseFlags } from './parse-flags.js'
 
 const ERROR_COLUMN_WIDTH = 60
@@ -31,16 +32,12 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
   })
   const limit = integerFlag(values.limit, 'limit', 1, 10_000) ?? DEFAULT_LIST_LIMIT
   const target = resolveDatabase(values, io.env)
-  const { listDeadLetters, OutboxError } = await loadProducer()
-  const dead = await withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
-    listDeadLetters(db, { limit, after: values.after, schema: target.schema }),
-  ).catch((error: unknown) => {
-    // The only option the library can still reject here is the cursor: name it as the flag it came from.
-    if (error instanceof OutboxError && error.code === 'ERR_OUTBOX_INVALID_OPTIONS') {
-      throw new UsageError(error.message.replace(/^after\b/, '--after'), { cause: error })
-    }
-    throw error
-  })
+  const { listDeadLetters } = await loadProducer()
+  const dead = await withFlagNames(values, () =>
+    withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
+      listDeadLetters(db, { limit, after: values.after, schema: target.schema }),
+    ),
+  )
   if (values.json) {
     writeLine(io.stdout, JSON.stringify(dead, null, 2))
   } else if (dead.length === 0) {

@@ -1,6 +1,7 @@
 import type { OutboxError } from '../index.js'
 import { CliError } from './cli-error.js'
 import type { DatabaseTarget } from './open-database.js'
+import { flagMessage } from './option-flags.js'
 
 interface ErrorLike {
   readonly code?: unknown
@@ -106,7 +107,7 @@ export interface ErrorReport {
 
 /**
  * Maps any error to one line and an exit code: {@link CliError}s as they are, `OutboxError`s by their message
- * (invalid options are usage errors, exit 2), database failures explained, anything else as "unexpected error".
+ * (invalid options are usage errors, exit 2, named by their flag), database failures explained, anything else as "unexpected error".
  */
 export function describeError(error: unknown): ErrorReport {
   if (error instanceof CliError) return { message: error.message, exitCode: error.exitCode }
@@ -114,8 +115,9 @@ export function describeError(error: unknown): ErrorReport {
   if (database !== undefined && !isOutboxError(error)) return { message: database, exitCode: 1 }
   if (isOutboxError(error)) {
     return {
-      message: database ?? error.message,
-      exitCode: error.code === 'ERR_OUTBOX_INVALID_OPTIONS' ? 2 : 1,
+      // An option error no command mapped is still reported under its flag, never the library's option name.
+      message: database ?? flagMessage(error) ?? error.message,
+      exitCode: error.code === 'ERR_OUTBOX_INVALID_OPTION' ? 2 : 1,
     }
   }
   const message = error instanceof Error ? error.message : String(error)

@@ -5,6 +5,7 @@ import { type CliIo, writeLine } from './command.js'
 import { formatTable } from './format-text.js'
 import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
+import { withFlagNames } from './option-flags.js'
 import { DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
 
 const FLAGS = {
@@ -104,9 +105,9 @@ export async function doctorCommand(argv: readonly string[], io: CliIo): Promise
   const limit = integerFlag(values.limit, 'limit', 1, 10_000) ?? DEFAULT_DOCTOR_LIMIT
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
-  const overdueAfterMs = durationFlag(producer, values['overdue-after'], 'overdue-after')
+  const overdueAfterMs = durationFlag(values['overdue-after'], 'overdue-after')
   // parseDuration accepts 0 (a retention may be), but a head is never overdue by nothing: the library would
-  // refuse it after connecting, under its own option name.
+  // refuse it only after connecting.
   if (overdueAfterMs !== undefined && overdueAfterMs < 1) {
     throw new UsageError(
       `--overdue-after must be at least 1ms, got ${JSON.stringify(values['overdue-after'])}`,
@@ -114,18 +115,20 @@ export async function doctorCommand(argv: readonly string[], io: CliIo): Promise
   }
   const options = { schema: target.schema, maxLeaseMs, overdueAfterMs, limit }
   // Two connections: the check reads the violations and the overdue heads at the same time.
-  return await withDatabase(target, { applicationName: 'outbox doctor', max: 2 }, async (db) => {
-    if (values.repair) {
-      const repair = await producer.repairIntegrity(db, options)
-      if (values.json) writeLine(io.stdout, JSON.stringify(repair))
-      else for (const line of repairLines(repair)) writeLine(io.stdout, line)
-      warnIfCut(repair.after, limit, io)
-      return repair.after.ok ? 0 : EXIT_VIOLATIONS
-    }
-    const report = await producer.checkIntegrity(db, options)
-    if (values.json) writeLine(io.stdout, JSON.stringify(report))
-    else for (const line of reportLines(report)) writeLine(io.stdout, line)
-    warnIfCut(report, limit, io)
-    return report.ok ? 0 : EXIT_VIOLATIONS
-  })
+  return await withFlagNames(values, () =>
+    withDatabase(target, { applicationName: 'outbox doctor', max: 2 }, async (db) => {
+      if (values.repair) {
+        const repair = await producer.repairIntegrity(db, options)
+        if (values.json) writeLine(io.stdout, JSON.stringify(repair))
+        else for (const line of repairLines(repair)) writeLine(io.stdout, line)
+        warnIfCut(repair.after, limit, io)
+        return repair.after.ok ? 0 : EXIT_VIOLATIONS
+      }
+      const report = await producer.checkIntegrity(db, options)
+      if (values.json) writeLine(io.stdout, JSON.stringify(report))
+      else for (const line of reportLines(report)) writeLine(io.stdout, line)
+      warnIfCut(report, limit, io)
+      return report.ok ? 0 : EXIT_VIOLATIONS
+    }),
+  )
 }

@@ -49,7 +49,7 @@ Options:
   --endpoint <url>              the subscriber's webhook URL (required)          [env: OUTBOX_ENDPOINT]
   --secret <whsec_…>            Standard Webhooks signing secret; repeat it (or comma-separate) to sign with
                                 several during a rotation. Prefer the environment: flags show in ps.
-                                                                                 [env: OUTBOX_SIGNING_SECRET]
+                                                                                 [env: OUTBOX_SECRET]
   --concurrency <n>             lanes delivered in parallel (default 16)
   --batch-size <n>              most events taken from one lane per claim (default 200)
   --lease-ms <ms>               how long a claim owns its lane (default 60000)
@@ -69,7 +69,7 @@ Options:
 ${databaseOptions(28)}
 
 Example:
-  OUTBOX_SIGNING_SECRET=whsec_… outbox relay --endpoint https://billing.internal/hooks --listen --log-format json
+  OUTBOX_SECRET=whsec_… outbox relay --endpoint https://billing.internal/hooks --listen --log-format json
 `,
 
   stats: `Usage: outbox stats [--json] [--watch [--interval 2s]] [options]
@@ -224,8 +224,8 @@ Commands:
 ${commands}
 
 Every command reads the database from --database-url or DATABASE_URL, and the schema of the producer tables
-from --schema or OUTBOX_SCHEMA (default public). The relay also reads OUTBOX_ENDPOINT and OUTBOX_SIGNING_SECRET
-(comma-separated for rotation). Flags win over the environment. Secrets are never printed.
+from --schema or OUTBOX_SCHEMA (default public). The relay also reads OUTBOX_ENDPOINT and OUTBOX_SECRET
+(comma-separated for rotation; OUTBOX_SIGNING_SECRET, its old name, is still read). Flags win over the environment. Secrets are never printed.
 
 Options:
   -h, --help     show help (also: outbox <command> --help)

@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import type { OutboxError } from '../errors.js'
 import { CliError, UsageError } from './cli-error.js'
 import { explainDatabaseError } from './describe-error.js'
 import { loadProducer } from './load-producer.js'
@@ -104,10 +105,10 @@ export async function withDatabase<T>(
     // any connection is made.
     notifyChannel(target.schema)
   } catch (error) {
-    throw new UsageError(
-      `${target.schemaSource === 'default' ? 'schema' : target.schemaSource} must be a lower-case SQL identifier (letters, digits, _), got ${JSON.stringify(target.schema)}`,
-      { cause: error },
-    )
+    // The library's own words, under the name the operator set the schema by.
+    const source = target.schemaSource === 'default' ? 'schema' : target.schemaSource
+    const message = (error as Partial<OutboxError>).describe?.(() => source, JSON.stringify(target.schema))
+    throw new UsageError(message ?? String(error), { cause: error })
   }
   const pool = new pg.Pool({
     connectionString: target.url,

@@ -1,6 +1,6 @@
 import { type ParseArgsConfig, parseArgs } from 'node:util'
+import { parseDuration } from '@outbox/protocol'
 import { UsageError } from './cli-error.js'
-import type { Producer } from './load-producer.js'
 
 type OptionsConfig = NonNullable<ParseArgsConfig['options']>
 
@@ -46,7 +46,7 @@ function explainParseError(error: unknown): string {
 }
 
 /**
- * Reads an integer flag: digits only (no `1e3`, no `12abc`, which `Number`/`parseInt` would let through), within
+ * Reads an integer flag of the CLI's own (or one it caps below the library's bound): digits only (no `1e3`, no `12abc`, which `Number`/`parseInt` would let through), within
  * [min, max]. Undefined when the flag is absent, so the library's default applies.
  */
 export function integerFlag(
@@ -65,18 +65,26 @@ export function integerFlag(
 }
 
 /**
- * Reads a duration flag (`30d`, `12h`, `90s`, `500ms` or plain milliseconds) into milliseconds, with the library's
- * own parser so the CLI accepts exactly what the API does.
+ * Reads a number flag for a library option: the text as a number when it is written as one (digits, an optional
+ * sign and decimals; no `1e3` or `12abc`, which `Number`/`parseInt` would let through), else `NaN`. Bounds are
+ * not checked here: the library checks them and its error names the option, which the CLI maps to the flag
+ * ({@link withFlagNames}). Undefined when the flag is absent, so the library's default applies.
  */
-export function durationFlag(
-  producer: Pick<Producer, 'parseDuration'>,
-  value: string | undefined,
-  flag: string,
-): number | undefined {
+export function numberFlag(value: string | undefined): number | undefined {
+  if (value === undefined) return undefined
+  const text = value.trim()
+  return /^-?\d+(\.\d+)?$/.test(text) ? Number(text) : Number.NaN
+}
+
+/**
+ * Reads a duration flag (`30d`, `12h`, `90s`, `500ms` or plain milliseconds) into milliseconds, with the
+ * protocol's one parser, so the CLI accepts exactly what the API does.
+ */
+export function durationFlag(value: string | undefined, flag: string): number | undefined {
   if (value === undefined) return undefined
   const text = value.trim()
   try {
-    return producer.parseDuration(/^\d+$/.test(text) ? Number(text) : text, `--${flag}`)
+    return parseDuration(/^\d+$/.test(text) ? Number(text) : text, `--${flag}`)
   } catch (error) {
     throw new UsageError(
       `--${flag} must be a duration like 30d, 12h, 15m, 90s or 500ms (or milliseconds), got ${JSON.stringify(value)}`,

@@ -5,6 +5,7 @@ import { type CliIo, writeLine } from './command.js'
 import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
+import { withFlagNames } from './option-flags.js'
 import { DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
 
 const FLAGS = {
@@ -28,37 +29,39 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
   const pauseMs = integerFlag(values['pause-ms'], 'pause-ms', 0, 3_600_000)
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
-  const { DEFAULT_PRUNE_MAX_BATCHES, prune } = producer
-  const retention = durationFlag(producer, values.retention, 'retention')!
-  const deadLetterRetention = durationFlag(producer, values['dead-letter-retention'], 'dead-letter-retention')
+  const { DEFAULT_OUTBOX_PRUNE_MAX_BATCHES, prune } = producer
+  const retention = durationFlag(values.retention, 'retention')!
+  const deadLetterRetention = durationFlag(values['dead-letter-retention'], 'dead-letter-retention')
 
   const progressInPlace = io.stderr.isTTY === true
   const removedBy = { sent: 0, dead: 0 }
   const batches = { sent: 0, dead: 0 }
   const interrupt = catchInterrupt()
   try {
-    const result = await withDatabase(target, { applicationName: 'outbox prune', max: 1 }, (db) =>
-      prune(db, {
-        retention,
-        deadLetterRetention,
-        batchSize,
-        maxBatches,
-        pauseMs,
-        schema: target.schema,
-        signal: interrupt.signal,
-        onBatch({ status, removed }) {
-          removedBy[status] += removed
-          batches[status] += 1
-          const text = `prune: ${status} rows: batch ${batches[status]}, ${removed} deleted, ${removedBy[status]} so far`
-          if (progressInPlace) {
-            cursorTo(io.stderr, 0)
-            clearLine(io.stderr, 0)
-            io.stderr.write(text)
-          } else {
-            writeLine(io.stderr, text)
-          }
-        },
-      }),
+    const result = await withFlagNames(values, () =>
+      withDatabase(target, { applicationName: 'outbox prune', max: 1 }, (db) =>
+        prune(db, {
+          retention,
+          deadLetterRetention,
+          batchSize,
+          maxBatches,
+          pauseMs,
+          schema: target.schema,
+          signal: interrupt.signal,
+          onBatch({ status, removed }) {
+            removedBy[status] += removed
+            batches[status] += 1
+            const text = `prune: ${status} rows: batch ${batches[status]}, ${removed} deleted, ${removedBy[status]} so far`
+            if (progressInPlace) {
+              cursorTo(io.stderr, 0)
+              clearLine(io.stderr, 0)
+              io.stderr.write(text)
+            } else {
+              writeLine(io.stderr, text)
+            }
+          },
+        }),
+      ),
     )
     if (progressInPlace && batches.sent + batches.dead > 0) writeLine(io.stderr)
     const interrupted = interrupt.received
@@ -72,7 +75,7 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
       else {
         writeLine(
           io.stdout,
-          `${counts}; NOT caught up: stopped after --max-batches ${maxBatches ?? DEFAULT_PRUNE_MAX_BATCHES}; run it again, more often, or raise --max-batches`,
+          `${counts}; NOT caught up: stopped after --max-batches ${maxBatches ?? DEFAULT_OUTBOX_PRUNE_MAX_BATCHES}; run it again, more often, or raise --max-batches`,
         )
       }
     }

@@ -1,4 +1,5 @@
-import type { ListenOption, Relay, RelayOptions } from '../index.js'
+import type { ListenOption, OnExhausted, Relay, RelayOptions } from '../index.js'
+import { silentLogger } from '../logger.js'
 import { DEFAULT_STOP_TIMEOUT_MS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import type { CliIo } from './command.js'
@@ -6,8 +7,16 @@ import { explainDatabaseError } from './describe-error.js'
 import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer, type Producer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
-import { choiceFlag, DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
-import { createLogLine, LOG_LEVELS, loggerFor, logRelayEvents } from './relay-log.js'
+import { flagMessage } from './option-flags.js'
+import {
+  choiceFlag,
+  DATABASE_FLAGS,
+  durationFlag,
+  integerFlag,
+  numberFlag,
+  parseFlags,
+} from './parse-flags.js'
+import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
@@ -27,7 +36,10 @@ const FLAGS = {
   verbose: { type: 'boolean' },
 } as const
 
-/** Secrets from `--secret` (repeatable) or `OUTBOX_SIGNING_SECRET`, each possibly a comma-separated list. */
+/**
+ * Secrets from `--secret` (repeatable) or `OUTBOX_SECRET` (`OUTBOX_SIGNING_SECRET`, its deprecated old name, is
+ * still read), each possibly a comma-separated list.
+ */
 function signingSecrets(flag: readonly string[] | undefined, env: NodeJS.ProcessEnv): string[] {
   // whsec_ secrets are base64 and never contain a comma, so a comma can separate rotation keys in one variable.
   const split = (values: readonly string[]) =>
@@ -36,45 +48,35 @@ function signingSecrets(flag: readonly string[] | undefined, env: NodeJS.Process
       .map((value) => value.trim())
       .filter(Boolean)
   if (flag !== undefined && flag.length > 0) return split(flag)
-  return split([env.OUTBOX_SIGNING_SECRET ?? ''])
+  if (env.OUTBOX_SECRET && env.OUTBOX_SIGNING_SECRET) {
+    throw new UsageError('set OUTBOX_SECRET only: OUTBOX_SIGNING_SECRET is its deprecated old name')
+  }
+  return split([env.OUTBOX_SECRET || env.OUTBOX_SIGNING_SECRET || ''])
 }
 
-function retrySchedule(producer: Producer, value: string | undefined): number[] | undefined {
+function retrySchedule(value: string | undefined): number[] | undefined {
   if (value === undefined) return undefined
   return value
     .split(',')
     .map((part) => part.trim())
     .filter(Boolean)
-    .map((part) => durationFlag(producer, part, 'retry-schedule')!)
-}
-
-/** Relay option names as the operator typed them, for the constructor's messages. */
-const FLAG_NAMES: Readonly<Record<string, string>> = {
-  leaseMs: '--lease-ms',
-  requestTimeoutMs: '--request-timeout-ms',
-  batchSize: '--batch-size',
-  concurrency: '--concurrency',
-  pollIntervalMs: '--poll-interval-ms',
-  retrySchedule: '--retry-schedule',
-  onExhausted: '--on-exhausted',
+    .map((part) => durationFlag(part, 'retry-schedule')!)
 }
 
 /**
- * Creates the relay, which checks every option (endpoint URL, secrets, lease against timeout) before anything
- * runs; its messages name the library's options, so they are reworded with the flags the operator used.
+ * Creates the relay, which checks every option (endpoint URL, secrets, bounds, lease against timeout) before
+ * anything runs; an option it refuses is reported under the flag the operator used.
  */
-function constructRelay({ Relay, OutboxError }: Producer, options: RelayOptions): Relay {
+function constructRelay(
+  { Relay }: Producer,
+  options: RelayOptions,
+  values: Readonly<Record<string, unknown>>,
+): Relay {
   try {
     return new Relay(options)
   } catch (error) {
-    if (!(error instanceof OutboxError) || error.code !== 'ERR_OUTBOX_INVALID_OPTIONS') throw error
-    const message = error.message
-      .replace(/^signingSecret: /, '')
-      .replace(/^endpoint\b/, '--endpoint')
-      .replace(
-        /\b(leaseMs|requestTimeoutMs|batchSize|concurrency|pollIntervalMs|retrySchedule|onExhausted)\b/g,
-        (name) => FLAG_NAMES[name] ?? name,
-      )
+    const message = flagMessage(error, values)
+    if (message === undefined) throw error
     throw new UsageError(message, { cause: error })
   }
 }
@@ -102,36 +104,38 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
     )
   }
   const secrets = signingSecrets(values.secret, io.env)
-  const concurrency = integerFlag(values.concurrency, 'concurrency', 1, 1000)
-  const batchSize = integerFlag(values['batch-size'], 'batch-size', 1, 10_000)
-  const leaseMs = integerFlag(values['lease-ms'], 'lease-ms', 100)
-  const requestTimeoutMs = integerFlag(values['request-timeout-ms'], 'request-timeout-ms', 1)
-  const pollIntervalMs = integerFlag(values['poll-interval-ms'], 'poll-interval-ms', 1)
+  // Syntax only: the relay checks the bounds, and its errors are reported under these flags.
+  const concurrency = numberFlag(values.concurrency)
+  const batchSize = numberFlag(values['batch-size'])
+  const leaseMs = numberFlag(values['lease-ms'])
+  const requestTimeoutMs = numberFlag(values['request-timeout-ms'])
+  const pollIntervalMs = numberFlag(values['poll-interval-ms'])
+  const onExhausted = values['on-exhausted'] as OnExhausted | undefined
   const stopTimeoutMs =
     integerFlag(values['stop-timeout-ms'], 'stop-timeout-ms', 0) ?? DEFAULT_STOP_TIMEOUT_MS
-  const onExhausted = choiceFlag(values['on-exhausted'], 'on-exhausted', ['skip', 'block'])
   const format = choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? 'text'
   const level = choiceFlag(values['log-level'], 'log-level', LOG_LEVELS) ?? 'info'
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
-  const schedule = retrySchedule(producer, values['retry-schedule'])
+  const schedule = retrySchedule(values['retry-schedule'])
 
-  const log = createLogLine(format, level, io.stdout)
+  const log = createCliLogger(format, level, io.stdout)
   return await withDatabase(
     target,
     {
       applicationName: 'outbox relay',
       onIdleError: (error) =>
-        log('warn', 'an idle database connection failed; the pool replaces it', {
-          error: explainDatabaseError(error, target) ?? error,
-        }),
+        log.warn(
+          { error: explainDatabaseError(error, target) ?? error },
+          'an idle database connection failed; the pool replaces it',
+        ),
     },
     async (db) => {
       const listen: ListenOption = values.listen ? { connectionString: target.url } : false
       const options: RelayOptions = {
         db,
         endpoint,
-        signingSecret: secrets.length > 0 ? secrets : undefined,
+        secret: secrets.length > 0 ? secrets : undefined,
         concurrency,
         batchSize,
         leaseMs,
@@ -141,21 +145,18 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         onExhausted,
         schema: target.schema,
         listen,
-        logger: values.verbose
-          ? loggerFor(log)
-          : loggerFor(() => {
-              // The events below already give one line per occurrence; the relay's own diagnostics would
-              // repeat them, so they are only shown with --verbose.
-            }),
+        // The events below already give one line per occurrence; the relay's own diagnostics would repeat
+        // them, so they are only shown with --verbose.
+        logger: values.verbose ? log : silentLogger,
       }
-      const relay = constructRelay(producer, options)
+      const relay = constructRelay(producer, options, values)
       logRelayEvents(relay, log, target)
       // One read up front: an unreachable database or missing tables fail the command now, with one line,
       // instead of a relay that retries forever.
       await producer.stats(db, { schema: target.schema })
 
       const interrupt = catchInterrupt((signal) => {
-        log('warn', `second ${signal}: exiting without releasing claims (they expire with their lease)`)
+        log.warn({}, `second ${signal}: exiting without releasing claims (they expire with their lease)`)
         process.exit(signalExitCode(signal))
       })
       let stopped: { lanes: number; aborted: number; unflushed: number } | undefined
@@ -165,30 +166,34 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
       try {
         await relay.start()
         const resolved = relay.options
-        log('info', 'relay started', {
-          endpoint: shownEndpoint(endpoint),
-          database: `${target.where}/${target.database}`,
-          schema: target.schema,
-          concurrency: resolved.concurrency,
-          batchSize: resolved.batchSize,
-          leaseMs: resolved.leaseMs,
-          requestTimeoutMs: resolved.requestTimeoutMs,
-          maxAttempts: resolved.maxAttempts,
-          onExhausted: resolved.onExhausted,
-          signingSecrets: secrets.length,
-          wakeUps: values.listen
-            ? `LISTEN ${producer.notifyChannel(target.schema)} + polling every ${resolved.pollIntervalMs}ms`
-            : `polling every ${resolved.pollIntervalMs}ms`,
-        })
+        log.info(
+          {
+            endpoint: shownEndpoint(endpoint),
+            database: `${target.where}/${target.database}`,
+            schema: target.schema,
+            concurrency: resolved.concurrency,
+            batchSize: resolved.batchSize,
+            leaseMs: resolved.leaseMs,
+            requestTimeoutMs: resolved.requestTimeoutMs,
+            maxAttempts: resolved.maxAttempts,
+            onExhausted: resolved.onExhausted,
+            signingSecrets: secrets.length,
+            wakeUps: values.listen
+              ? `LISTEN ${producer.notifyChannel(target.schema)} + polling every ${resolved.pollIntervalMs}ms`
+              : `polling every ${resolved.pollIntervalMs}ms`,
+          },
+          'relay started',
+        )
         const signal = await interrupt.wait
-        log('info', `${signal} received: stopping (finishing in-flight requests, releasing claims)`, {
-          stopTimeoutMs,
-        })
+        log.info(
+          { stopTimeoutMs },
+          `${signal} received: stopping (finishing in-flight requests, releasing claims)`,
+        )
       } finally {
         await relay.stop({ timeoutMs: stopTimeoutMs })
         interrupt.dispose()
       }
-      log('info', 'relay stopped', { ...stopped })
+      log.info({ ...stopped }, 'relay stopped')
       return 0
     },
   )

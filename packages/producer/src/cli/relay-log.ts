@@ -10,9 +10,6 @@ export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 /** The severities in order; a line is written when its level is at or above the chosen one. */
 export const LOG_LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error']
 
-/** Writes one log line. `fields` values may be anything; errors are reduced to their message. */
-export type LogLine = (level: LogLevel, message: string, fields?: Record<string, unknown>) => void
-
 function plain(value: unknown): unknown {
   if (value instanceof Error) return value.message
   if (value instanceof Date) return value.toISOString()
@@ -27,12 +24,14 @@ function textValue(value: unknown): string {
 }
 
 /**
- * Creates the relay's line writer. Text lines read `<time> <LEVEL> <message> key=value …` with the aggregate
- * shown as `lane=type:id`; JSON lines are `{"time","level","msg",…fields}` with every field kept apart.
+ * Creates the CLI's {@link Logger} (the library's one logger type, pino's `(fields, message)` order). Text lines
+ * read `<time> <LEVEL> <message> key=value …` with the aggregate shown as `lane=type:id`; JSON lines are
+ * `{"time","level","msg",…fields}` with every field kept apart. Field values may be anything; errors are reduced
+ * to their message.
  */
-export function createLogLine(format: LogFormat, minimum: LogLevel, stream: NodeJS.WritableStream): LogLine {
+export function createCliLogger(format: LogFormat, minimum: LogLevel, stream: NodeJS.WritableStream): Logger {
   const threshold = LOG_LEVELS.indexOf(minimum)
-  return (level, message, fields = {}) => {
+  const write = (level: LogLevel, fields: Record<string, unknown>, message: string) => {
     if (LOG_LEVELS.indexOf(level) < threshold) return
     const time = new Date().toISOString()
     if (format === 'json') {
@@ -50,15 +49,11 @@ export function createLogLine(format: LogFormat, minimum: LogLevel, stream: Node
     }
     stream.write(`${parts.join(' ')}\n`)
   }
-}
-
-/** A pino-compatible {@link Logger} that writes the relay's own diagnostics through the same line writer. */
-export function loggerFor(log: LogLine): Logger {
   return {
-    debug: (fields, message) => log('debug', message, fields),
-    info: (fields, message) => log('info', message, fields),
-    warn: (fields, message) => log('warn', message, fields),
-    error: (fields, message) => log('error', message, fields),
+    debug: (fields, message) => write('debug', fields, message),
+    info: (fields, message) => write('info', fields, message),
+    warn: (fields, message) => write('warn', fields, message),
+    error: (fields, message) => write('error', fields, message),
   }
 }
 
@@ -67,40 +62,38 @@ export function loggerFor(log: LogLine): Logger {
  * dead, stale), parked and taken-over lanes, and errors outside one delivery (explained when they are database
  * failures, e.g. "connection refused").
  */
-export function logRelayEvents(relay: Relay, log: LogLine, target: DatabaseTarget): void {
-  relay.on('delivery:success', (event) => log('info', 'delivered', { event: 'delivery:success', ...event }))
+export function logRelayEvents(relay: Relay, log: Logger, target: DatabaseTarget): void {
+  relay.on('delivery:success', (event) => log.info({ event: 'delivery:success', ...event }, 'delivered'))
   relay.on('delivery:retry', (event) =>
-    log('warn', 'delivery failed; will retry', { event: 'delivery:retry', ...event }),
+    log.warn({ event: 'delivery:retry', ...event }, 'delivery failed; will retry'),
   )
   relay.on('delivery:dead', (event) =>
-    log('error', 'dead-lettered (see: outbox dead-letters list)', { event: 'delivery:dead', ...event }),
+    log.error({ event: 'delivery:dead', ...event }, 'dead-lettered (see: outbox dead-letters list)'),
   )
   relay.on('delivery:stale', (event) =>
-    log('warn', 'consumer answered stale_ignored: it already applied a later event of this aggregate', {
-      event: 'delivery:stale',
-      ...event,
-    }),
+    log.warn(
+      { event: 'delivery:stale', ...event },
+      'consumer answered stale_ignored: it already applied a later event of this aggregate',
+    ),
   )
   relay.on('lane:blocked', (event) =>
-    log(
-      'warn',
+    log.warn(
+      { event: 'lane:blocked', ...event },
       event.reason === 'conflict'
         ? 'lane parked: the consumer answered 409 (waiting for an earlier sequence)'
         : 'lane blocked: its head is dead-lettered under --on-exhausted block; redrive it to resume',
-      { event: 'lane:blocked', ...event },
     ),
   )
   relay.on('lane:takeover', (event) =>
-    log('warn', 'lane taken over from an expired claim; its head was charged one attempt', {
-      event: 'lane:takeover',
-      ...event,
-    }),
+    log.warn(
+      { event: 'lane:takeover', ...event },
+      'lane taken over from an expired claim; its head was charged one attempt',
+    ),
   )
   relay.on('relay:error', ({ error, during }) =>
-    log('error', `relay ${during} failed; retrying`, {
-      event: 'relay:error',
-      during,
-      error: explainDatabaseError(error, target) ?? error,
-    }),
+    log.error(
+      { event: 'relay:error', during, error: explainDatabaseError(error, target) ?? error },
+      `relay ${during} failed; retrying`,
+    ),
   )
 }

@@ -52,7 +52,7 @@ export async function statsCommand(argv: readonly string[], io: CliIo): Promise<
   }
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
-  const intervalMs = durationFlag(producer, values.interval, 'interval')
+  const intervalMs = durationFlag(values.interval, 'interval')
   if (intervalMs !== undefined && intervalMs < MIN_WATCH_INTERVAL_MS) {
     throw new UsageError(`--interval must be at least ${MIN_WATCH_INTERVAL_MS}ms, got ${values.interval}`)
   }

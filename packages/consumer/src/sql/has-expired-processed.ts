@@ -1,0 +1,28 @@
+import type { Kysely } from 'kysely'
+import { sql } from 'kysely'
+import type { ConsumerDatabase } from '../schema.js'
+
+/**
+ * Whether any `processed_events` row is older than `retentionMs`: the probe `pruneProcessed` runs when its batch
+ * budget ran out on a full batch, so `caughtUp` says whether rows past retention are left, not whether the last
+ * batch happened to be short (a table holding exactly `maxBatches × batchSize` expired rows is caught up).
+ *
+ * One index probe on `processed_events_received_at_idx` (`LIMIT 1` on the oldest row), the cut-off from the
+ * database clock as `deleteProcessedBatch` computes it.
+ */
+export async function hasExpiredProcessed(
+  db: Kysely<ConsumerDatabase>,
+  retentionMs: number,
+): Promise<boolean> {
+  const row = await db
+    .selectFrom('processed_events')
+    .select('event_id')
+    .where(
+      'received_at',
+      '<',
+      sql<Date>`now() - make_interval(secs => ${retentionMs / 1000}::double precision)`,
+    )
+    .limit(1)
+    .executeTakeFirst()
+  return row !== undefined
+}
