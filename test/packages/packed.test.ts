@@ -163,7 +163,7 @@ describe('the packed packages in a fresh npm app', () => {
     expect(stdout).toMatch(/migrate/)
     expect(stdout).toMatch(/relay/)
     expect(stdout).toMatch(/dead-letters/)
-  })
+  }, 60_000)
 
   it('type-checks against the published declarations, from ESM and from CommonJS', async () => {
     writeFileSync(join(app, 'typed.mts'), TYPED_ESM)
@@ -189,7 +189,7 @@ describe('the packed packages in a fresh npm app', () => {
       (error: { stdout?: string; message: string }) => error.stdout || error.message,
     )
     expect(result).toBe('')
-  })
+  }, 120_000)
 
   it('passes publint and attw (but for the one accepted attw rule)', async () => {
     for (const { name, tarball } of packed) {
@@ -197,5 +197,5 @@ describe('the packed packages in a fresh npm app', () => {
         expect(report.ok, `${report.tool} ${name}:\n${report.output}`).toBe(true)
       }
     }
-  })
+  }, 120_000)
 })
