@@ -1,4 +1,4 @@
-import { ProtocolError } from './errors.js'
+import { OutboxError } from './errors.js'
 
 /** Any value `JSON.stringify` turns into JSON and `JSON.parse` gives back unchanged. */
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue }
@@ -163,7 +163,7 @@ export function toWireEnvelope<TData>(event: OutboxEvent<TData>): WireEnvelope<T
 }
 
 /**
- * Serialises an event into the exact bytes that are signed and sent. Throws {@link ProtocolError}
+ * Serialises an event into the exact bytes that are signed and sent. Throws {@link OutboxError}
  * `ERR_OUTBOX_INVALID_ENVELOPE` when `data` is missing or not JSON-serialisable (a bigint, a cycle).
  *
  * @example
@@ -176,13 +176,13 @@ export function toWireEnvelope<TData>(event: OutboxEvent<TData>): WireEnvelope<T
 export function serializeEnvelope<TData>(event: OutboxEvent<TData>): string {
   // Without `data` the body would be refused as invalid_envelope on every attempt: refuse it here instead.
   if (event.data === undefined) {
-    throw new ProtocolError('ERR_OUTBOX_INVALID_ENVELOPE', 'the event has no data (use null for no data)')
+    throw new OutboxError('ERR_OUTBOX_INVALID_ENVELOPE', 'the event has no data (use null for no data)')
   }
   try {
     return JSON.stringify(toWireEnvelope(event))
   } catch (error) {
     const reason = error instanceof Error ? error.message : String(error)
-    throw new ProtocolError('ERR_OUTBOX_INVALID_ENVELOPE', `the event is not JSON-serialisable (${reason})`, {
+    throw new OutboxError('ERR_OUTBOX_INVALID_ENVELOPE', `the event is not JSON-serialisable (${reason})`, {
       cause: error,
     })
   }

@@ -131,7 +131,7 @@ export function prepareRecordEvent(
       if (code === '42883' && typeof message === 'string' && message.includes(RECORD_EVENT_FUNCTION)) {
         throw new OutboxError(
           'ERR_OUTBOX_SCHEMA_OUTDATED',
-          `the consumer tables ${where} were migrated by an older @outbox/consumer (function ${RECORD_EVENT_FUNCTION} is missing): run the consumer's migrations — ${migrateCall} from @outbox/consumer, or the script of migrationSql() — until then every delivery is answered 500 and retried`,
+          `the consumer tables ${where} were migrated by an older @outbox/consumer (function ${RECORD_EVENT_FUNCTION} is missing): run the consumer's migrations — ${migrateCall} from @outbox/consumer, or the script of consumerMigrationSql() — until then every delivery is answered 500 and retried`,
           { cause: error },
         )
       }

@@ -1,0 +1,206 @@
+/**
+ * The packages as an application gets them: packed with `pnpm pack`, installed with npm into a fresh app outside
+ * the workspace, then loaded with `require()` from CommonJS and `import` from ESM, the `outbox` bin run, and a
+ * TypeScript file type-checked against the published declarations. What the workspace resolves through its
+ * `@outbox/source` condition and pnpm's links is not used anywhere here.
+ */
+import { execFile } from 'node:child_process'
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { lintTarball } from './lint-tarball.js'
+import { type PackedPackage, packPackages, REPO_ROOT } from './pack.js'
+
+const run = promisify(execFile)
+
+/** Exports an application reaches for first, per package. */
+const KEY_EXPORTS = {
+  '@outbox/protocol': ['signWebhook', 'verifyWebhook', 'parseEnvelope', 'HEADERS'],
+  '@outbox/producer': ['migrate', 'enqueue', 'enqueueMany', 'Relay', 'prune', 'stats', 'redrive'],
+  '@outbox/consumer': ['migrate', 'createConsumer', 'pruneProcessed'],
+} as const
+
+type PackageName = keyof typeof KEY_EXPORTS
+const NAMES = Object.keys(KEY_EXPORTS) as PackageName[]
+
+/** The versions the app installs beside the tarballs: the ones the workspace develops against. */
+function workspaceRange(dependency: string): string {
+  const root = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as {
+    devDependencies: Record<string, string>
+  }
+  const range = root.devDependencies[dependency]
+  if (range === undefined) throw new Error(`${dependency} is not a root devDependency`)
+  return `${dependency}@${range}`
+}
+
+/** Prints each package's export names, as JSON, from CommonJS (`require`) or ESM (`import`). */
+const CJS_LOADER = `
+const names = ${JSON.stringify(NAMES)}
+const loaded = {}
+for (const name of names) loaded[name] = Object.keys(require(name)).sort()
+process.stdout.write(JSON.stringify(loaded))
+`
+const ESM_LOADER = `
+const names = ${JSON.stringify(NAMES)}
+const loaded = {}
+for (const name of names) loaded[name] = Object.keys(await import(name)).sort()
+process.stdout.write(JSON.stringify(loaded))
+`
+
+/**
+ * Type-checked with `module: nodenext` and `skipLibCheck: false`, so a declaration that imports an undeclared
+ * package (`pg` without `@types/pg`) fails, and `@ts-expect-error` fails if the types had collapsed to `any`.
+ */
+const TYPED_ESM = `
+import { createConsumer } from '@outbox/consumer'
+import { enqueue, Relay, type RelayOptions } from '@outbox/producer'
+import { parseSigningSecrets, signWebhook } from '@outbox/protocol'
+import express from 'express'
+import { Kysely, PostgresDialect } from 'kysely'
+import pg from 'pg'
+
+const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const options: RelayOptions = { db, endpoint: 'http://127.0.0.1:3000/hooks' }
+export const relay: Relay = new Relay(options)
+export const app = express().post('/hooks', createConsumer({ db }).dedupe(async () => {}))
+export const headers: Record<string, string> = signWebhook(
+  parseSigningSecrets('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'),
+  { eventId: 'e1', body: '{}' },
+)
+// enqueue takes a transaction, never the database: this must stay a type error.
+// @ts-expect-error
+await enqueue(db, { aggregateType: 'order', aggregateId: '1', eventType: 'order.created', payload: {} })
+`
+/** The same from CommonJS TypeScript: TypeScript 5.8+ type-checks a require() of ESM under `nodenext`. */
+const TYPED_CJS = `
+import producer = require('@outbox/producer')
+import consumer = require('@outbox/consumer')
+import protocol = require('@outbox/protocol')
+
+export const loaded: [typeof producer.Relay, typeof consumer.createConsumer, typeof protocol.verifyWebhook] = [
+  producer.Relay,
+  consumer.createConsumer,
+  protocol.verifyWebhook,
+]
+`
+
+describe('the packed packages in a fresh npm app', () => {
+  let workspace: string
+  let app: string
+  let packed: PackedPackage[]
+
+  beforeAll(async () => {
+    workspace = mkdtempSync(join(tmpdir(), 'outbox-packed-'))
+    app = join(workspace, 'app')
+    mkdirSync(app)
+    packed = await packPackages(workspace)
+    writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'packed-app', private: true }, null, 2))
+    writeFileSync(join(app, 'load.cjs'), CJS_LOADER)
+    writeFileSync(join(app, 'load.mjs'), ESM_LOADER)
+    // All three tarballs in one command, so the producer's and the consumer's dependency on @outbox/protocol is
+    // met by the tarball, never looked up on the registry.
+    await run(
+      'npm',
+      [
+        'install',
+        '--no-audit',
+        '--no-fund',
+        '--prefer-offline',
+        '--loglevel=error',
+        ...packed.map((entry) => entry.tarball),
+        workspaceRange('kysely'),
+        workspaceRange('pg'),
+        workspaceRange('express'),
+        workspaceRange('@types/express'),
+        workspaceRange('@types/node'),
+      ],
+      { cwd: app, maxBuffer: 16 * 1024 * 1024 },
+    )
+  }, 240_000)
+
+  afterAll(() => {
+    if (workspace) rmSync(workspace, { recursive: true, force: true })
+  })
+
+  it('ships each manifest without the workspace-only condition or ranges, and the LICENSE', () => {
+    const license = readFileSync(join(REPO_ROOT, 'LICENSE'), 'utf8')
+    for (const name of NAMES) {
+      const installed = join(app, 'node_modules', name)
+      const manifest = readFileSync(join(installed, 'package.json'), 'utf8')
+      expect(manifest, name).not.toContain('@outbox/source')
+      expect(manifest, name).not.toContain('workspace:')
+      expect(JSON.parse(manifest).exports['.'], name).toEqual({
+        types: './dist/index.d.ts',
+        import: './dist/index.js',
+        default: './dist/index.js',
+      })
+      expect(readFileSync(join(installed, 'LICENSE'), 'utf8'), name).toBe(license)
+    }
+  })
+
+  it('loads every package with require() from a .cjs file', async () => {
+    const { stdout } = await run(process.execPath, ['load.cjs'], { cwd: app })
+    const loaded = JSON.parse(stdout) as Record<PackageName, string[]>
+    for (const name of NAMES)
+      expect(loaded[name], name).toEqual(expect.arrayContaining([...KEY_EXPORTS[name]]))
+  })
+
+  it('imports every package from a .mjs file, with the same exports as require()', async () => {
+    const [required, imported] = await Promise.all([
+      run(process.execPath, ['load.cjs'], { cwd: app }),
+      run(process.execPath, ['load.mjs'], { cwd: app }),
+    ])
+    const loaded = JSON.parse(imported.stdout) as Record<PackageName, string[]>
+    for (const name of NAMES)
+      expect(loaded[name], name).toEqual(expect.arrayContaining([...KEY_EXPORTS[name]]))
+    expect(loaded).toEqual(JSON.parse(required.stdout))
+  })
+
+  it('runs the outbox bin from the installed tarball', async () => {
+    // npx finds the bin the producer's tarball installed in node_modules/.bin (it would refuse to download one).
+    const { stdout } = await run('npx', ['outbox', '--help'], {
+      cwd: app,
+      env: { ...process.env, npm_config_yes: 'false' },
+    })
+    expect(stdout).toMatch(/migrate/)
+    expect(stdout).toMatch(/relay/)
+    expect(stdout).toMatch(/dead-letters/)
+  }, 60_000)
+
+  it('type-checks against the published declarations, from ESM and from CommonJS', async () => {
+    writeFileSync(join(app, 'typed.mts'), TYPED_ESM)
+    writeFileSync(join(app, 'typed.cts'), TYPED_CJS)
+    writeFileSync(
+      join(app, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          target: 'ES2022',
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          strict: true,
+          skipLibCheck: false,
+          noEmit: true,
+          types: ['node'],
+        },
+        files: ['typed.mts', 'typed.cts'],
+      }),
+    )
+    const tsc = join(REPO_ROOT, 'node_modules', 'typescript', 'bin', 'tsc')
+    const result = await run(process.execPath, [tsc, '-p', 'tsconfig.json'], { cwd: app }).then(
+      () => '',
+      (error: { stdout?: string; message: string }) => error.stdout || error.message,
+    )
+    expect(result).toBe('')
+  }, 120_000)
+
+  it('passes publint and attw (but for the one accepted attw rule)', async () => {
+    const reports = await Promise.all(
+      packed.map(async ({ name, tarball }) => ({ name, reports: await lintTarball(tarball) })),
+    )
+    for (const { name, reports: each } of reports) {
+      for (const report of each) expect(report.ok, `${report.tool} ${name}:\n${report.output}`).toBe(true)
+    }
+  }, 120_000)
+})
