@@ -181,24 +181,20 @@ describe('consumerMigrationSql', () => {
     expect(await tablesIn('by_sql')).not.toContain(CONSUMER_MIGRATION_TABLE)
   })
 
-  it('quotes the schema name as an identifier', () => {
-    expect(consumerMigrationSql({ schema: 'we"ird' })).toContain('"we""ird"."processed_events"')
-    expect(consumerMigrationSql()).toContain('create table if not exists "processed_events"')
-    expect(consumerMigrationSql({ schema: 'we"ird' })).toContain('FUNCTION "we""ird"."outbox_record_event"(')
+  it("qualifies every name with the schema, 'public' by default", () => {
+    expect(consumerMigrationSql()).toContain('create table if not exists "public"."processed_events"')
+    expect(consumerMigrationSql({ schema: 'webhooks' })).toContain('"webhooks"."processed_events"')
+    expect(consumerMigrationSql({ schema: 'webhooks' })).toContain(
+      'FUNCTION "webhooks"."outbox_record_event"(',
+    )
   })
 
-  it('keeps the function body intact whatever the schema name holds, even its dollar-quote tag', async () => {
-    const schema = 'odd"$fn$'
-    await sql.raw(consumerMigrationSql({ schema })).execute(t.db)
-    const { dedupe } = createConsumer({ db: t.db, schema, logger: quiet })
-    const event = makeEvent({ aggregateId: 'odd-schema' })
-    const { body, headers } = delivery(event)
-    const answer = await request(appWith(dedupe(async () => {})))
-      .post('/hooks')
-      .set(headers)
-      .send(body)
-    expect(answer.body.status).toBe('applied')
-    expect(await cursorOf(t.db, 'order', 'odd-schema', schema)).toBe(1)
+  it('refuses a schema name that is not a lower-case identifier (quotes, dollar-quote tags, capitals)', () => {
+    for (const schema of ['we"ird', 'odd"$fn$', 'Webhooks', '']) {
+      expect(() => consumerMigrationSql({ schema }), schema).toThrow(
+        expect.objectContaining({ code: 'ERR_OUTBOX_INVALID_OPTION', option: 'schema' }),
+      )
+    }
   })
 
   it('is still exported under its deprecated name, migrationSql', () => {
