@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises'
 import type { Kysely } from 'kysely'
 import { type Duration, parseDuration } from './duration.js'
 import { invalidOption, OutboxError } from './errors.js'
@@ -106,14 +107,7 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
 }
 
 /** Waits `ms`, or less if `signal` aborts, so Ctrl-C does not wait out a long pause. */
-function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      clearTimeout(timer)
-      signal?.removeEventListener('abort', done)
-      resolve()
-    }
-    const timer = setTimeout(done, ms)
-    signal?.addEventListener('abort', done, { once: true })
-  })
+async function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  // An abort ends the wait early; the caller sees `signal.aborted` and stops, so the rejection is not an error.
+  await delay(ms, undefined, { signal }).catch(() => {})
 }
