@@ -3,6 +3,14 @@ import { sql } from 'kysely'
 import type { ConsumerDatabase } from '../schema.js'
 
 /**
+ * The cut-off of a retention, from the database clock (`now()`, the clock that wrote `received_at`), never the
+ * application's: rows received before it are past retention.
+ */
+export function receivedBefore(retentionMs: number) {
+  return sql<Date>`now() - make_interval(secs => ${retentionMs / 1000}::double precision)`
+}
+
+/**
  * Deletes up to `batchSize` of the oldest `processed_events` rows received more than `retentionMs` ago; returns
  * how many it deleted.
  *
@@ -23,11 +31,7 @@ export async function deleteProcessedBatch(
       eb
         .selectFrom('processed_events')
         .select('event_id')
-        .where(
-          'received_at',
-          '<',
-          sql<Date>`now() - make_interval(secs => ${retentionMs / 1000}::double precision)`,
-        )
+        .where('received_at', '<', receivedBefore(retentionMs))
         .orderBy('received_at')
         .limit(batchSize)
         .forUpdate()

@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely'
-import { sql } from 'kysely'
 import type { ConsumerDatabase } from '../schema.js'
+import { receivedBefore } from './delete-processed-batch.js'
 
 /**
  * Whether any `processed_events` row is older than `retentionMs`: the probe `pruneProcessed` runs when its batch
@@ -17,11 +17,7 @@ export async function hasExpiredProcessed(
   const row = await db
     .selectFrom('processed_events')
     .select('event_id')
-    .where(
-      'received_at',
-      '<',
-      sql<Date>`now() - make_interval(secs => ${retentionMs / 1000}::double precision)`,
-    )
+    .where('received_at', '<', receivedBefore(retentionMs))
     .limit(1)
     .executeTakeFirst()
   return row !== undefined
