@@ -6,6 +6,7 @@ export {
   type ConsumerOptions,
   DEFAULT_MAX_BODY_BYTES,
   DEFAULT_SEQUENCE_POLICY,
+  DEFAULT_SOURCE,
   type FirstSequence,
   type ResolvedConsumerOptions,
   type SequencePolicy,

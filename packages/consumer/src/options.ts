@@ -82,6 +82,13 @@ export interface ConsumerOptions<DB = any> {
    * identifier, as the producer's. @defaultValue 'public'
    */
   readonly schema?: string
+  /**
+   * The sender this consumer receives from, part of the key of `processed_events` and `consumer_cursors`: two
+   * consumers with different sources (Stripe and your own relay, or two producers) never collide on an event id or
+   * an aggregate, and a producer whose counters were reset can be given a new source. 1–255 characters.
+   * @defaultValue 'default'
+   */
+  readonly source?: string
   /** Largest accepted body in bytes, enforced while reading. @defaultValue 1048576 (1 MiB) */
   readonly maxBodyBytes?: number
   /** Accepted distance between `webhook-timestamp` and this server's clock, either way. @defaultValue 300 */
@@ -107,6 +114,7 @@ export interface ResolvedConsumerOptions {
   readonly sequence: SequencePolicy
   readonly firstSequence: FirstSequence
   readonly schema: string
+  readonly source: string
   readonly maxBodyBytes: number
   readonly toleranceSeconds: number
   readonly logger: Logger
@@ -135,6 +143,20 @@ export const DEFAULT_MAX_BODY_BYTES = 1_048_576
  */
 export const DEFAULT_SEQUENCE_POLICY: SequencePolicy = 'monotonic'
 
+/**
+ * Default consumer `source`: the name rows written before sources existed were given by the migration.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_SOURCE } from '@outbox/consumer'
+ * console.log(DEFAULT_SOURCE) // 'default'
+ * ```
+ */
+export const DEFAULT_SOURCE = 'default'
+
+/** Longest accepted `source`, as the producer's keys. */
+const MAX_SOURCE_LENGTH = 255
+
 /** The producer's default payload limit; a smaller consumer limit would refuse events the relay must deliver. */
 const PRODUCER_DEFAULT_PAYLOAD_BYTES = 256 * 1024
 
@@ -144,6 +166,7 @@ const KNOWN_OPTIONS = [
   'sequence',
   'firstSequence',
   'schema',
+  'source',
   'maxBodyBytes',
   'toleranceSeconds',
   'logger',
@@ -243,6 +266,18 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     }
   }
 
+  const source = options.source ?? DEFAULT_SOURCE
+  if (
+    typeof source !== 'string' ||
+    source.length === 0 ||
+    source.length > MAX_SOURCE_LENGTH ||
+    source.includes('\u0000')
+  ) {
+    throw invalid(
+      'source',
+      `\`source\` must be a name of 1 to ${MAX_SOURCE_LENGTH} characters without NUL, e.g. 'stripe' (got ${JSON.stringify(source)})`,
+    )
+  }
   const maxBodyBytes = options.maxBodyBytes ?? DEFAULT_MAX_BODY_BYTES
   if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes < 1) {
     throw invalid(
@@ -286,6 +321,7 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     sequence,
     firstSequence: options.firstSequence ?? 1,
     schema: checkSchema(options.schema, 'createConsumer'),
+    source,
     maxBodyBytes,
     toleranceSeconds,
     logger,

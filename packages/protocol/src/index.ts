@@ -1,3 +1,9 @@
+export {
+  type EventCatalog,
+  type EventOf,
+  type EventTypeOf,
+  type UntypedCatalog,
+} from './catalog.js'
 export { type Duration, parseDuration } from './duration.js'
 export {
   fromWireEnvelope,
@@ -32,6 +38,7 @@ export {
   type ProblemDetails,
   problem,
 } from './problems.js'
+export type { ReceivedEvent } from './received-event.js'
 export { DEFAULT_SCHEMA, resolveSchema } from './schema-name.js'
 export {
   DEFAULT_SIGNATURE_TOLERANCE_SECONDS,
