@@ -49,6 +49,9 @@ export type EventTypeOf<Catalog extends EventCatalog> = keyof Catalog & string
  *   event.type === 'order.created' ? `${event.data.total_cents} cents` : event.data.reason
  * ```
  */
-export type EventOf<Catalog extends EventCatalog> = string extends EventTypeOf<Catalog>
-  ? OutboxEvent<Catalog[string]>
-  : { [Type in EventTypeOf<Catalog>]: OutboxEvent<Catalog[Type]> & { readonly type: Type } }[EventTypeOf<Catalog>]
+export type EventOf<Catalog extends EventCatalog> =
+  string extends EventTypeOf<Catalog>
+    ? OutboxEvent<Catalog[string]>
+    : {
+        [Type in EventTypeOf<Catalog>]: OutboxEvent<Catalog[Type]> & { readonly type: Type }
+      }[EventTypeOf<Catalog>]

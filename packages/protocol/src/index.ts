@@ -1,8 +1,8 @@
-export {
-  type EventCatalog,
-  type EventOf,
-  type EventTypeOf,
-  type UntypedCatalog,
+export type {
+  EventCatalog,
+  EventOf,
+  EventTypeOf,
+  UntypedCatalog,
 } from './catalog.js'
 export { type Duration, parseDuration } from './duration.js'
 export {
