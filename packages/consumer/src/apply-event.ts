@@ -1,38 +1,10 @@
-import type { DeliveryStatus, OutboxEvent } from '@outbox/protocol'
-import type { Request } from 'express'
+import type { DeliveryStatus, OutboxEvent, ReceivedEvent } from '@outbox/protocol'
 import type { Kysely, Transaction } from 'kysely'
 import { initialCursor, judgeHeldCursor } from './cursor.js'
 import type { ResolvedConsumerOptions } from './options.js'
 import { type ConsumerDatabase, inSchema } from './schema.js'
 import { insertProcessedEvent } from './sql/insert-processed-event.js'
 import { prepareRecordEvent } from './sql/record-event.js'
-
-/**
- * The application's code for one event, given to `dedupe`.
- *
- * It runs inside the transaction that records the event id, so its writes on `trx` commit together with that
- * record or not at all: an effect is applied at most once, and — because a failure answers 500 and the producer
- * retries — at least once. Throw to refuse the event; never answer the request yourself. `TData` types
- * `event.data` (it is not checked at run time), `DB` types `trx`. The aggregate's cursor row is locked by `trx`
- * and already shows `event.sequence` while the handler runs (it rolls back too if the handler throws).
- *
- * @example
- * ```ts
- * import type { DedupeHandler } from '@outbox/consumer'
- *
- * interface Database {
- *   orders: { id: string; status: string }
- * }
- * const onOrderEvent: DedupeHandler<{ order_id: string; status: string }, Database> = async (event, trx) => {
- *   await trx.updateTable('orders').set({ status: event.data.status }).where('id', '=', event.data.order_id).execute()
- * }
- * ```
- */
-export type DedupeHandler<TData = unknown, DB = any> = (
-  event: OutboxEvent<TData>,
-  trx: Transaction<DB>,
-  req: Request,
-) => unknown
 
 /** What happened to one well-formed, authentic event. */
 export type ApplyOutcome =
@@ -57,10 +29,9 @@ const DUPLICATE: ApplyOutcome = Object.freeze({ kind: 'delivered', status: 'dupl
 const APPLIED: ApplyOutcome = Object.freeze({ kind: 'delivered', status: 'applied' })
 
 /** Runs the transaction of one authentic, well-formed event; see {@link createApplyEvent}. */
-export type ApplyEvent = <TData>(
-  event: OutboxEvent<TData>,
-  handler: DedupeHandler<TData>,
-  req: Request,
+export type ApplyEvent = (
+  event: ReceivedEvent<unknown>,
+  run: (trx: Transaction<any>) => unknown,
 ) => Promise<ApplyOutcome>
 
 /**
@@ -85,7 +56,8 @@ export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
   const recordEvent =
     policy === 'off' ? undefined : prepareRecordEvent(options.db, { schema, policy, firstSequence })
 
-  return async (event, handler, req) => {
+  return async (received, run) => {
+    const event = received as OutboxEvent<unknown>
     try {
       return await options.db
         .transaction()
@@ -107,7 +79,7 @@ export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
           }
 
           try {
-            await handler(event, trx, req)
+            await run(trx)
           } catch (error) {
             throw new HandlerFailure(error)
           }

@@ -1,12 +1,35 @@
-export type { DedupeHandler } from './apply-event.js'
-export { type Consumer, createConsumer } from './dedupe.js'
+export type { ExpressMiddleware } from './adapters/express.js'
+export { type AdapterOptions, type Consumer, createConsumer } from './consumer.js'
+export type {
+  EnvelopeReader,
+  EnvelopeRefusal,
+  EnvelopeResult,
+} from './core/envelope-reader.js'
+export { type HeaderInput, type WebhookHeaders, webhookHeaders } from './core/headers.js'
+export type { BodySource } from './core/read-body.js'
+export type { WebhookRequest } from './core/receive.js'
+export {
+  type StandardWebhooksVerifierOptions,
+  standardWebhooksVerifier,
+  type VerifyFailure,
+  type VerifyFunction,
+  type WebhookVerifier,
+} from './core/verifier.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
+export type {
+  DedupeHandler,
+  EnvelopeKind,
+  ExpressRequest,
+  HandlerEvent,
+  ReceiptHandler,
+} from './handler.js'
 export { consoleLogger, DEFAULT_LOGGER, type Logger, type LogMethod, silentLogger } from './logger.js'
 export {
   type ConsumerOptions,
   DEFAULT_MAX_BODY_BYTES,
   DEFAULT_SEQUENCE_POLICY,
   DEFAULT_SOURCE,
+  type ErrorListener,
   type FirstSequence,
   type ResolvedConsumerOptions,
   type SequencePolicy,
@@ -20,7 +43,8 @@ export {
   type PruneProcessedResult,
   pruneProcessed,
 } from './prune-processed.js'
-export type { Refusal } from './respond.js'
+export type { ReceiptEventMap, ReceiptListener, ReceiptRef } from './receipt-events.js'
+export type { Refusal, WebhookResponse } from './respond.js'
 export {
   CONSUMER_MIGRATION_LOCK_TABLE,
   CONSUMER_MIGRATION_TABLE,

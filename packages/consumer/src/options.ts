@@ -4,10 +4,17 @@ import {
   resolveSchema,
   type SigningKey,
 } from '@outbox/protocol'
-import type { Request } from 'express'
 import type { Kysely } from 'kysely'
+import { type EnvelopeReader, outboxEnvelope } from './core/envelope-reader.js'
+import {
+  standardWebhooksVerifier,
+  toVerifier,
+  type VerifyFunction,
+  type WebhookVerifier,
+} from './core/verifier.js'
 import { OutboxError } from './errors.js'
 import { consoleLogger, isLogger, type Logger } from './logger.js'
+import { checkPayloadSchemas, type PayloadSchemas } from './payload-schemas.js'
 import type { Refusal } from './respond.js'
 
 /**
@@ -68,12 +75,41 @@ export interface ConsumerOptions<DB = any> {
   /** The Kysely instance (not a transaction): each delivery runs in its own transaction on it. */
   readonly db: Kysely<DB>
   /**
-   * Standard Webhooks secret(s) (`whsec_…`); several during a rotation, any of which may sign. Without one,
-   * requests are not authenticated (a warning is logged once).
+   * Standard Webhooks secret(s) (`whsec_…`, at least 24 bytes); several during a rotation, any of which may sign.
+   * One of `secret`, `verify` or `allowUnsigned: true` is required.
    * @defaultValue undefined
    */
   readonly secret?: string | readonly string[]
-  /** The sequence policy; see {@link SequencePolicy}. @defaultValue 'monotonic' */
+  /**
+   * How requests of another sender are authenticated, instead of `secret`: `stripeVerifier(…)`,
+   * `githubVerifier(…)`, `standardWebhooksVerifier(…)`, your own {@link WebhookVerifier}, or a function
+   * `(headers, body) => boolean`.
+   */
+  readonly verify?: WebhookVerifier | VerifyFunction
+  /**
+   * Accept requests with no authentication at all — only for tests or a network where nothing else can reach the
+   * endpoint: anyone who can send a request can then make the consumer record (and apply) any event. Without it, a
+   * consumer with neither `secret` nor `verify` is refused at start.
+   * @defaultValue false
+   */
+  readonly allowUnsigned?: boolean
+  /**
+   * How another sender's JSON body becomes an event (its id, type, data and, when it has them, aggregate and
+   * sequence): `stripeEnvelope`, `githubEnvelope`, `standardWebhooksEnvelope` or your own. Defaults to this
+   * project's envelope, whose headers must repeat its id and sequence.
+   */
+  readonly envelope?: EnvelopeReader
+  /**
+   * Run-time validation of `data` by event type, with any Standard Schema library (zod, valibot, arktype …): an
+   * event whose payload fails its schema is answered 422 `invalid_payload` and nothing is recorded (the relay
+   * retries it and, when its attempts run out, keeps it as a dead letter). The handler gets the schema's output.
+   * Types without a schema pass unchecked.
+   */
+  readonly schemas?: PayloadSchemas
+  /**
+   * The sequence policy; see {@link SequencePolicy}.
+   * @defaultValue 'monotonic', or 'off' when `envelope` is given (another sender's events rarely have sequences)
+   */
   readonly sequence?: SequencePolicy
   /** Under `'strict'` only: which sequence an aggregate's first event may have. @defaultValue 1 */
   readonly firstSequence?: FirstSequence
@@ -95,9 +131,25 @@ export interface ConsumerOptions<DB = any> {
   readonly toleranceSeconds?: number
   /** Where refusals, failures and (at debug) outcomes are logged. @defaultValue warn/error to the console */
   readonly logger?: Logger
-  /** Called for every refusal (4xx and 5xx) before it is answered; errors it throws are logged and ignored. */
-  readonly onError?: (refused: Refusal, req: Request) => void
+  /**
+   * Called for every refusal (4xx and 5xx) before it is answered, with the adapter's own request object; errors it
+   * throws are logged and ignored. Each adapter also takes an `onError` typed with its own request.
+   */
+  readonly onError?: ErrorListener<unknown>
 }
+
+/**
+ * A refusal listener: the refusal and the adapter's own request (`WebhookRequest`, web `Request`,
+ * `IncomingMessage`, `FastifyRequest` or Express `Request`). Declared as a method so a listener typed with a
+ * narrower request is accepted.
+ *
+ * @example
+ * ```ts
+ * import type { ErrorListener } from '@outbox/consumer'
+ * const onError: ErrorListener<Request> = (refused, req) => console.warn(refused.code, req.url)
+ * ```
+ */
+export type ErrorListener<TReq> = { bivarianceHack(refused: Refusal, req: TReq): void }['bivarianceHack']
 
 /**
  * The checked, fully defaulted and frozen form of {@link ConsumerOptions}, built once per consumer.
@@ -110,7 +162,15 @@ export interface ConsumerOptions<DB = any> {
  */
 export interface ResolvedConsumerOptions {
   readonly db: Kysely<any>
+  /** The signing keys of `secret`, when given. */
   readonly keys: readonly SigningKey[] | undefined
+  /** How requests are authenticated; undefined only under `allowUnsigned: true`. */
+  readonly verifier: WebhookVerifier | undefined
+  /** How a body becomes an event. */
+  readonly envelope: EnvelopeReader
+  /** This project's envelope reader, when `envelope` was not given (its output needs no further checks). */
+  readonly defaultEnvelope: EnvelopeReader | undefined
+  readonly schemas: PayloadSchemas | undefined
   readonly sequence: SequencePolicy
   readonly firstSequence: FirstSequence
   readonly schema: string
@@ -118,7 +178,7 @@ export interface ResolvedConsumerOptions {
   readonly maxBodyBytes: number
   readonly toleranceSeconds: number
   readonly logger: Logger
-  readonly onError: ((refused: Refusal, req: Request) => void) | undefined
+  readonly onError: ErrorListener<unknown> | undefined
 }
 
 /**
@@ -163,6 +223,10 @@ const PRODUCER_DEFAULT_PAYLOAD_BYTES = 256 * 1024
 const KNOWN_OPTIONS = [
   'db',
   'secret',
+  'verify',
+  'allowUnsigned',
+  'envelope',
+  'schemas',
   'sequence',
   'firstSequence',
   'schema',
@@ -244,7 +308,51 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     }
   }
 
-  const sequence = options.sequence ?? DEFAULT_SEQUENCE_POLICY
+  if (options.secret !== undefined && options.verify !== undefined) {
+    throw invalid(
+      'verify',
+      "`secret` and `verify` both authenticate requests: give `secret` for this project's relay (or any Standard Webhooks sender), or `verify` for another sender",
+    )
+  }
+  if (options.verify !== undefined) {
+    const verify = options.verify as Partial<WebhookVerifier> | VerifyFunction
+    if (
+      typeof verify !== 'function' &&
+      (typeof verify !== 'object' || typeof verify?.verify !== 'function')
+    ) {
+      throw invalid(
+        'verify',
+        '`verify` must be a verifier such as stripeVerifier({ secret }) or a function (headers, body) => boolean',
+      )
+    }
+  }
+  if (options.allowUnsigned !== undefined && typeof options.allowUnsigned !== 'boolean') {
+    throw invalid(
+      'allowUnsigned',
+      `\`allowUnsigned\` must be true or false (got ${String(options.allowUnsigned)})`,
+    )
+  }
+  if (options.allowUnsigned === true && (options.secret !== undefined || options.verify !== undefined)) {
+    throw invalid(
+      'allowUnsigned',
+      '`allowUnsigned: true` cannot go with `secret` or `verify`: remove it, requests are then authenticated',
+    )
+  }
+  if (keys === undefined && options.verify === undefined && options.allowUnsigned !== true) {
+    // Unauthenticated by accident would let anyone record any event — one forged sequence 2^53−1 freezes its
+    // aggregate for good — so it must be asked for by name.
+    throw invalid(
+      'secret',
+      "pass `secret` (the relay's whsec_… signing secret), `verify` for another sender, or `allowUnsigned: true` to accept webhooks without authentication (tests, a closed network)",
+    )
+  }
+  if (options.envelope !== undefined && typeof options.envelope !== 'function') {
+    throw invalid('envelope', '`envelope` must be a function (body, headers) => event, e.g. stripeEnvelope')
+  }
+  const schemas = checkPayloadSchemas(options.schemas, 'createConsumer')
+
+  // Another sender's events rarely carry aggregates and sequences: with `envelope`, ordering is asked for by name.
+  const sequence = options.sequence ?? (options.envelope === undefined ? DEFAULT_SEQUENCE_POLICY : 'off')
   if (!POLICIES.includes(sequence)) {
     throw invalid(
       'sequence',
@@ -309,15 +417,27 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
       'maxBodyBytes is below the producer default payload limit (256 KiB): larger events will get 413',
     )
   }
-  if (keys === undefined) {
+  if (options.allowUnsigned === true) {
     logger.warn(
       {},
-      'no signing secret: webhooks are accepted without authentication; pass `secret` in production',
+      'allowUnsigned: webhooks are accepted without authentication; pass `secret` wherever anyone else can reach the endpoint',
     )
   }
+  const toleranceOptions = { toleranceSeconds }
+  const verifier =
+    keys !== undefined
+      ? standardWebhooksVerifier(keys, toleranceOptions)
+      : options.verify === undefined
+        ? undefined
+        : toVerifier(options.verify)
+  const defaultEnvelope = options.envelope === undefined ? outboxEnvelope(keys !== undefined) : undefined
   return Object.freeze({
     db,
     keys,
+    verifier,
+    envelope: options.envelope ?? (defaultEnvelope as EnvelopeReader),
+    defaultEnvelope,
+    schemas,
     sequence,
     firstSequence: options.firstSequence ?? 1,
     schema: checkSchema(options.schema, 'createConsumer'),

@@ -1,4 +1,3 @@
-import type { ServerResponse } from 'node:http'
 import {
   CONTENT_TYPE_PROBLEM,
   type DeliveryStatus,
@@ -22,7 +21,7 @@ import {
  * const onError = (refused: Refusal) => {
  *   if (refused.status >= 500) console.error(refused.code, refused.eventId, refused.cause)
  * }
- * const { dedupe } = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, onError })
+ * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, onError })
  * ```
  */
 export interface Refusal {
@@ -30,13 +29,39 @@ export interface Refusal {
   readonly code: ProblemCode
   readonly detail: string
   /** The event id once the body was parsed, otherwise the `x-idempotency-key` or `webhook-id` header if any. */
-  readonly eventId?: string
-  readonly aggregateType?: string
-  readonly aggregateId?: string
-  readonly sequence?: number
+  readonly eventId?: string | undefined
+  readonly eventType?: string | undefined
+  readonly aggregateType?: string | undefined
+  readonly aggregateId?: string | undefined
+  readonly sequence?: number | undefined
   readonly cause?: unknown
   /** Extra members of the problem document (e.g. `expected` and `received` for `sequence_gap`). */
   readonly extensions?: Readonly<Record<string, unknown>>
+}
+
+/**
+ * A consumer's answer to one request, for any server to write: `closeConnection` is true whenever the request's
+ * body was left unread (refused on its headers, or past `maxBodyBytes`), and the server must then close the
+ * connection after answering — otherwise the client could keep uploading into a refused request.
+ *
+ * @example
+ * ```ts
+ * import type { WebhookResponse } from '@outbox/consumer'
+ * import type { ServerResponse } from 'node:http'
+ *
+ * const write = (answer: WebhookResponse, res: ServerResponse) => {
+ *   if (answer.closeConnection) res.setHeader('connection', 'close')
+ *   res.writeHead(answer.status, answer.headers).end(answer.body)
+ * }
+ * ```
+ */
+export interface WebhookResponse {
+  readonly status: number
+  /** Lower-case names; `content-type`, `content-length` and `cache-control` always, `allow` on a 405. */
+  readonly headers: Readonly<Record<string, string>>
+  /** JSON text: `{"status":…,"eventId":…}` on a 200, an RFC 9457 problem document otherwise. */
+  readonly body: string
+  readonly closeConnection: boolean
 }
 
 /** Builds a refusal with the status that belongs to its code. */
@@ -49,26 +74,31 @@ export function refusal(
 }
 
 /**
- * Writes an RFC 9457 problem document. Node's own response API is used (not Express helpers) so the answer is
- * byte-identical under Express 4 and 5; only the code, detail and extensions travel — never `cause`.
+ * The answer to a refusal: an RFC 9457 problem document with the code, detail and extensions — never `cause`.
+ * A 405 carries `Allow: POST`.
  */
-export function respondProblem(res: ServerResponse, refused: Refusal): void {
-  if (res.headersSent) return
+export function problemResponse(refused: Refusal, closeConnection: boolean): WebhookResponse {
   const body = JSON.stringify(problem(refused.code, refused.detail, { ...refused.extensions }))
-  res.statusCode = refused.status
-  res.setHeader('content-type', CONTENT_TYPE_PROBLEM)
-  res.setHeader('content-length', Buffer.byteLength(body))
-  res.setHeader('cache-control', 'no-store')
-  res.end(body)
+  const headers: Record<string, string> = {
+    'content-type': CONTENT_TYPE_PROBLEM,
+    'content-length': String(Buffer.byteLength(body)),
+    'cache-control': 'no-store',
+  }
+  if (refused.status === 405) headers.allow = 'POST'
+  return { status: refused.status, headers, body, closeConnection }
 }
 
-/** Writes the 200 answer the relay reads: `{"status": …, "eventId": …}`. */
-export function respondDelivered(res: ServerResponse, status: DeliveryStatus, eventId: string): void {
-  if (res.headersSent) return
+/** The 200 answer the relay reads: `{"status": …, "eventId": …}`. */
+export function deliveredResponse(status: DeliveryStatus, eventId: string): WebhookResponse {
   const body = JSON.stringify({ status, eventId })
-  res.statusCode = 200
-  res.setHeader('content-type', 'application/json')
-  res.setHeader('content-length', Buffer.byteLength(body))
-  res.setHeader('cache-control', 'no-store')
-  res.end(body)
+  return {
+    status: 200,
+    headers: {
+      'content-type': 'application/json',
+      'content-length': String(Buffer.byteLength(body)),
+      'cache-control': 'no-store',
+    },
+    body,
+    closeConnection: false,
+  }
 }

@@ -26,7 +26,7 @@ beforeAll(async () => {
 /** A consumer app plus the order in which its handler saw sequences. */
 function consumerApp(options: Omit<ConsumerOptions, 'db'>) {
   const applied: string[] = []
-  const { dedupe } = createConsumer({ db: t.db, logger: quiet, ...options })
+  const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet, ...options })
   const app = appWith(
     dedupe(async (event, trx) => {
       applied.push(`${event.aggregateType}:${event.aggregateId}#${event.sequence}`)

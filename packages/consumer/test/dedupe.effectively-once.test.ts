@@ -26,7 +26,7 @@ beforeAll(async () => {
 describe('dedupe: one effect per event id', () => {
   it('runs the handler once for a duplicate and answers duplicate_ignored', async () => {
     let calls = 0
-    const { dedupe } = createConsumer({ db: t.db, logger: quiet })
+    const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet })
     const app = appWith(
       dedupe(async (event, trx) => {
         calls++
@@ -55,7 +55,7 @@ describe('dedupe: one effect per event id', () => {
     let calls = 0
     let active = 0
     let maxActive = 0
-    const { dedupe } = createConsumer({ db, logger: quiet })
+    const { dedupe } = createConsumer({ db, allowUnsigned: true, logger: quiet })
     const server = await listen(
       appWith(
         dedupe(async (event, trx) => {
@@ -88,7 +88,7 @@ describe('dedupe: one effect per event id', () => {
   it('rolls back a handler that writes then throws (no effect, no dedupe row), and the retry applies', async () => {
     let fail = true
     const { refusals, onError } = refusalRecorder()
-    const { dedupe } = createConsumer({ db: t.db, logger: quiet, onError })
+    const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet, onError })
     const app = appWith(
       dedupe(async (event, trx) => {
         await writeEffect(trx, event)
@@ -121,7 +121,7 @@ describe('dedupe: one effect per event id', () => {
     const firstStarted = new Promise<void>((resolve) => {
       firstInHandler = resolve
     })
-    const { dedupe } = createConsumer({ db: t.db, logger: quiet })
+    const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet })
     const server = await listen(
       appWith(
         dedupe(async (event, trx) => {
@@ -154,7 +154,7 @@ describe('dedupe: one effect per event id', () => {
 
   for (const sequence of ['monotonic', 'off'] as const) {
     it(`answers 500 when the handler swallows a database error (sequence '${sequence}'): COMMIT would roll back silently`, async () => {
-      const { dedupe } = createConsumer({ db: t.db, logger: quiet, sequence })
+      const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet, sequence })
       const app = appWith(
         dedupe(async (event, trx) => {
           await writeEffect(trx, event)
@@ -180,7 +180,7 @@ describe('dedupe: one effect per event id', () => {
       effects: await countRows(t.db, 'effects'),
     }
     let n = 0
-    const { dedupe } = createConsumer({ db: t.db, logger: quiet, sequence: 'off' })
+    const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet, sequence: 'off' })
     const app = appWith(
       dedupe(async (event, trx) => {
         await writeEffect(trx, event)

@@ -34,7 +34,7 @@ async function slowConsumer(policy: SequencePolicy, handlerMs: number) {
   let active = 0
   let maxActive = 0
   const started: ((sequence: number) => void)[] = []
-  const { dedupe } = createConsumer({ db, logger: quiet, sequence: policy })
+  const { dedupe } = createConsumer({ db, allowUnsigned: true, logger: quiet, sequence: policy })
   const server = await listen(
     appWith(
       dedupe(async (event, trx) => {
@@ -184,7 +184,7 @@ describe('dedupe: recording the id and taking the cursor in one statement', () =
     const ran: number[] = []
     const gates = new Map<number, { started: () => void; release: Promise<void> }>()
     const failed = new Set<number>()
-    const { dedupe } = createConsumer({ db, logger, sequence: policy })
+    const { dedupe } = createConsumer({ db, allowUnsigned: true, logger, sequence: policy })
     const server = await listen(
       appWith(
         dedupe(async (event, trx) => {

@@ -34,7 +34,7 @@ beforeAll(async () => {
     calls++
     await writeEffect(trx, event)
   }
-  const plain = createConsumer({ db: t.db, logger: quiet, maxBodyBytes: MAX_BODY_BYTES })
+  const plain = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet, maxBodyBytes: MAX_BODY_BYTES })
   const withSecret = createConsumer({ db: t.db, logger: quiet, maxBodyBytes: MAX_BODY_BYTES, secret })
   servers.push(
     await listen(appWith(plain.dedupe(handler))),

@@ -52,42 +52,62 @@ describe('createConsumer checks its options once, with messages that say what to
   })
 
   it('refuses a bad sequence policy, and firstSequence outside strict', () => {
-    expect(refusal({ db: t.db, sequence: 'ordered', logger: quiet }).message).toMatch(
+    expect(refusal({ db: t.db, allowUnsigned: true, sequence: 'ordered', logger: quiet }).message).toMatch(
       /'monotonic', 'strict' or 'off'/,
     )
-    expect(refusal({ db: t.db, sequence: 'strict', firstSequence: 0, logger: quiet }).message).toMatch(
-      /1 or 'any'/,
-    )
-    expect(refusal({ db: t.db, firstSequence: 'any', logger: quiet }).message).toMatch(
+    expect(
+      refusal({ db: t.db, allowUnsigned: true, sequence: 'strict', firstSequence: 0, logger: quiet }).message,
+    ).toMatch(/1 or 'any'/)
+    expect(refusal({ db: t.db, allowUnsigned: true, firstSequence: 'any', logger: quiet }).message).toMatch(
       /only applies to sequence: 'strict'/,
     )
   })
 
   it('refuses bad limits, tolerance, logger and onError', () => {
     for (const maxBodyBytes of [0, -1, 1.5, Number.NaN, '1mb']) {
-      expect(refusal({ db: t.db, maxBodyBytes, logger: quiet }).message).toMatch(/maxBodyBytes/)
+      expect(refusal({ db: t.db, allowUnsigned: true, maxBodyBytes, logger: quiet }).message).toMatch(
+        /maxBodyBytes/,
+      )
     }
     for (const toleranceSeconds of [0, -10, Number.POSITIVE_INFINITY]) {
-      expect(refusal({ db: t.db, toleranceSeconds, logger: quiet }).message).toMatch(/toleranceSeconds/)
+      expect(refusal({ db: t.db, allowUnsigned: true, toleranceSeconds, logger: quiet }).message).toMatch(
+        /toleranceSeconds/,
+      )
     }
-    expect(refusal({ db: t.db, logger: { info: () => {} } }).message).toMatch(/debug, info, warn and error/)
-    expect(refusal({ db: t.db, logger: quiet, onError: 'log' }).message).toMatch(/onError/)
-    expect(refusal({ db: t.db, logger: quiet, schema: '' }).message).toMatch(/schema/)
+    expect(refusal({ db: t.db, allowUnsigned: true, logger: { info: () => {} } }).message).toMatch(
+      /debug, info, warn and error/,
+    )
+    expect(refusal({ db: t.db, allowUnsigned: true, logger: quiet, onError: 'log' }).message).toMatch(
+      /onError/,
+    )
+    expect(refusal({ db: t.db, allowUnsigned: true, logger: quiet, schema: '' }).message).toMatch(/schema/)
+  })
+
+  it('refuses to run without authentication unless the app says so with allowUnsigned: true', () => {
+    const error = refusal({ db: t.db, logger: quiet })
+    expect(error.code).toBe('ERR_OUTBOX_INVALID_OPTION')
+    expect(error.message).toMatch(/allowUnsigned: true/)
+    expect(refusal({ db: t.db, logger: quiet, secret: newSecret(), allowUnsigned: true }).message).toMatch(
+      /cannot go with `secret`/,
+    )
   })
 
   it('refuses a handler that is not a function', () => {
-    const { dedupe } = createConsumer({ db: t.db, logger: quiet })
+    const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet })
     expect(() => dedupe(undefined as never)).toThrow(/dedupe: pass the handler/)
   })
 
   it('resolves defaults into a frozen object', () => {
-    const resolved = resolveConsumerOptions({ db: t.db, logger: quiet })
+    const resolved = resolveConsumerOptions({ db: t.db, allowUnsigned: true, logger: quiet })
     expect(resolved).toMatchObject({
       sequence: 'monotonic',
       firstSequence: 1,
       maxBodyBytes: 1_048_576,
       toleranceSeconds: 300,
       keys: undefined,
+      source: 'default',
+      verifier: undefined,
+      schemas: undefined,
       schema: 'public', // the default moved from the search_path to 'public' (issue 16)
     })
     expect(Object.isFrozen(resolved)).toBe(true)
@@ -95,7 +115,7 @@ describe('createConsumer checks its options once, with messages that say what to
 
   it('warns once at creation when there is no secret, or when the body limit is below the producer default', () => {
     const logger = recordingLogger()
-    createConsumer({ db: t.db, logger, maxBodyBytes: 1000 })
+    createConsumer({ db: t.db, allowUnsigned: true, logger, maxBodyBytes: 1000 })
     expect(logger.lines.map((line) => line.level)).toEqual(['warn', 'warn'])
     expect(logger.lines.map((line) => line.msg).join(' ')).toMatch(/no signing secret.*|maxBodyBytes/)
     const signedLogger = recordingLogger()
@@ -109,7 +129,7 @@ describe('types', () => {
     interface Db {
       orders: { id: string; status: string }
     }
-    const { dedupe } = createConsumer<Db>({ db: t.db, logger: quiet })
+    const { dedupe } = createConsumer<Db>({ db: t.db, allowUnsigned: true, logger: quiet })
     dedupe<{ order_id: string; status: string }>(async (event, trx, req) => {
       expectTypeOf(event).toEqualTypeOf<OutboxEvent<{ order_id: string; status: string }>>()
       expectTypeOf(trx).toEqualTypeOf<Transaction<Db>>()

@@ -90,8 +90,8 @@ describe('pruneProcessed', () => {
 
   it('after an id is pruned, the cursor still stops its very late redelivery under monotonic; under off it re-applies', async () => {
     let applied = 0
-    const monotonic = createConsumer({ db: t.db, logger: quiet })
-    const off = createConsumer({ db: t.db, logger: quiet, sequence: 'off' })
+    const monotonic = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet })
+    const off = createConsumer({ db: t.db, allowUnsigned: true, logger: quiet, sequence: 'off' })
     const handler = async () => {
       applied++
     }

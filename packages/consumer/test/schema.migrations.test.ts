@@ -118,7 +118,13 @@ describe('migrate', () => {
       'outbox_record_event',
     ])
 
-    const { dedupe } = createConsumer({ db: t.db, schema: 'hooks', logger: quiet, sequence: 'strict' })
+    const { dedupe } = createConsumer({
+      db: t.db,
+      allowUnsigned: true,
+      schema: 'hooks',
+      logger: quiet,
+      sequence: 'strict',
+    })
     const app = appWith(dedupe(async () => {}))
     const event = makeEvent({ aggregateId: 'in-hooks' })
     const { body, headers } = delivery(event)
@@ -212,7 +218,7 @@ describe('a schema migrated by an older consumer (no outbox_record_event)', () =
     )
     const logger = recordingLogger()
     const { refusals, onError } = refusalRecorder()
-    const { dedupe } = createConsumer({ db: t.db, schema: 'old', logger, onError })
+    const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, schema: 'old', logger, onError })
     const app = appWith(dedupe(async () => {}))
     const event = makeEvent({ aggregateId: 'outdated' })
     const { body, headers } = delivery(event)

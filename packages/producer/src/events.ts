@@ -1,4 +1,4 @@
-import type { DeliveryStatus } from '@outbox/protocol'
+import { type DeliveryStatus, EventHub } from '@outbox/protocol'
 import type { Logger } from './logger.js'
 
 /** The event and lane an occurrence is about. */
@@ -74,53 +74,11 @@ export interface RelayEventMap {
 /** A listener of one relay event. */
 export type RelayListener<K extends keyof RelayEventMap> = (payload: RelayEventMap[K]) => void
 
-/** A minimal typed emitter that contains listener failures. */
-export class RelayEvents {
-  readonly #listeners = new Map<keyof RelayEventMap, Set<(payload: never) => void>>()
-  readonly #logger: Logger
-
+/**
+ * The relay's emitter: {@link EventHub} over {@link RelayEventMap}. Listener failures are contained and logged.
+ */
+export class RelayEvents extends EventHub<RelayEventMap> {
   constructor(logger: Logger) {
-    this.#logger = logger
-  }
-
-  /** Adds a listener; returns a function that removes it. */
-  on<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): () => void {
-    let set = this.#listeners.get(name)
-    if (!set) {
-      set = new Set()
-      this.#listeners.set(name, set)
-    }
-    set.add(listener as (payload: never) => void)
-    return () => this.off(name, listener)
-  }
-
-  /** Adds a listener called at most once. */
-  once<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): () => void {
-    const off = this.on(name, (payload) => {
-      off()
-      listener(payload)
-    })
-    return off
-  }
-
-  off<K extends keyof RelayEventMap>(name: K, listener: RelayListener<K>): void {
-    this.#listeners.get(name)?.delete(listener as (payload: never) => void)
-  }
-
-  /** Whether anyone listens (lets the relay skip building payloads nobody reads). */
-  has(name: keyof RelayEventMap): boolean {
-    return (this.#listeners.get(name)?.size ?? 0) > 0
-  }
-
-  emit<K extends keyof RelayEventMap>(name: K, payload: RelayEventMap[K]): void {
-    const set = this.#listeners.get(name)
-    if (!set) return
-    for (const listener of [...set]) {
-      try {
-        ;(listener as RelayListener<K>)(payload)
-      } catch (error) {
-        this.#logger.error({ event: name, err: error }, 'a relay event listener threw; the relay carries on')
-      }
-    }
+    super(logger, 'relay')
   }
 }

@@ -1,4 +1,5 @@
 import type { JsonValue, OutboxEvent } from './envelope.js'
+import type { ReceivedEvent } from './received-event.js'
 
 /**
  * An event catalog: each event type a stream carries, mapped to the type of its `data`. Declared once, in code the
@@ -54,4 +55,25 @@ export type EventOf<Catalog extends EventCatalog> =
     ? OutboxEvent<Catalog[string]>
     : {
         [Type in EventTypeOf<Catalog>]: OutboxEvent<Catalog[Type]> & { readonly type: Type }
+      }[EventTypeOf<Catalog>]
+
+/**
+ * The events of a catalog as another sender delivers them: {@link EventOf} over `ReceivedEvent` (aggregate,
+ * sequence and time optional), narrowing `data` by `type` the same way.
+ *
+ * @example
+ * ```ts
+ * import type { EventCatalog, ReceivedEventOf } from '@outbox/protocol'
+ *
+ * interface StripeEvents extends EventCatalog {
+ *   'invoice.paid': { object: { id: string; amount_paid: number } }
+ * }
+ * const amount = (event: ReceivedEventOf<StripeEvents>) => event.data.object.amount_paid
+ * ```
+ */
+export type ReceivedEventOf<Catalog extends EventCatalog> =
+  string extends EventTypeOf<Catalog>
+    ? ReceivedEvent<Catalog[string]>
+    : {
+        [Type in EventTypeOf<Catalog>]: ReceivedEvent<Catalog[Type]> & { readonly type: Type }
       }[EventTypeOf<Catalog>]

@@ -2,6 +2,7 @@ export type {
   EventCatalog,
   EventOf,
   EventTypeOf,
+  ReceivedEventOf,
   UntypedCatalog,
 } from './catalog.js'
 export { type Duration, parseDuration } from './duration.js'
@@ -27,6 +28,7 @@ export {
   ProtocolError,
   type ProtocolErrorCode,
 } from './errors.js'
+export { EventHub } from './event-hub.js'
 export { CONTENT_TYPE_JSON, CONTENT_TYPE_PROBLEM, HEADERS } from './headers.js'
 export { consoleLogger, isLogger, type Logger, type LogMethod, silentLogger } from './logger.js'
 export {

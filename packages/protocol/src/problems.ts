@@ -3,6 +3,7 @@
  * dashboards read the code.
  */
 export const PROBLEMS = Object.freeze({
+  method_not_allowed: { status: 405, title: 'Method not allowed' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   payload_too_large: { status: 413, title: 'Payload too large' },
   missing_signature: { status: 401, title: 'Missing signature' },
@@ -12,6 +13,7 @@ export const PROBLEMS = Object.freeze({
   invalid_envelope: { status: 400, title: 'Invalid envelope' },
   idempotency_key_mismatch: { status: 400, title: 'Idempotency key mismatch' },
   sequence_header_mismatch: { status: 400, title: 'Sequence header mismatch' },
+  invalid_payload: { status: 422, title: 'Invalid payload' },
   sequence_gap: { status: 409, title: 'Waiting for an earlier sequence' },
   handler_failed: { status: 500, title: 'Handler failed' },
   body_already_parsed: { status: 500, title: 'Body already parsed' },

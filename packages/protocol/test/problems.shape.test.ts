@@ -25,6 +25,8 @@ const EXPECTED_STATUS: Record<ProblemCode, number> = {
   sequence_gap: 409,
   handler_failed: 500,
   body_already_parsed: 500,
+  method_not_allowed: 405,
+  invalid_payload: 422,
 }
 
 describe('problem', () => {

@@ -1,0 +1,124 @@
+/**
+ * The Fastify adapter of `@outbox/consumer`, in its own entry point so the main one never imports Fastify's types:
+ * `app.register(outboxWebhooks, { consumer, path: '/hooks', handler })`.
+ *
+ * @packageDocumentation
+ */
+import type { EventCatalog } from '@outbox/protocol'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
+import { internalFailure } from './adapters/node.js'
+import type { Consumer } from './consumer.js'
+import { CORE, type ConsumerCore } from './core/internal.js'
+import { OutboxError } from './errors.js'
+import type { EnvelopeKind, HandlerEvent, ReceiptHandler } from './handler.js'
+import type { ErrorListener } from './options.js'
+import type { WebhookResponse } from './respond.js'
+
+/**
+ * Options of {@link outboxWebhooks}.
+ *
+ * @example
+ * ```ts
+ * import { createConsumer } from '@outbox/consumer'
+ * import type { OutboxWebhooksOptions } from '@outbox/consumer/fastify'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ *
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const options: OutboxWebhooksOptions = { consumer, path: '/hooks', handler: async (event) => console.log(event.type) }
+ * ```
+ */
+export interface OutboxWebhooksOptions<
+  DB = any,
+  Catalog extends EventCatalog = any,
+  Kind extends EnvelopeKind = EnvelopeKind,
+> {
+  /** The consumer from `createConsumer(…)`. */
+  readonly consumer: Consumer<DB, Catalog, Kind>
+  /** The route's path, under the plugin's prefix if registered with one. @defaultValue '/' */
+  readonly path?: string
+  /** The application's code for one event; its third argument is the `FastifyRequest`. */
+  readonly handler: ReceiptHandler<HandlerEvent<Catalog, any, Kind>, DB, FastifyRequest>
+  /** Called for every refusal with the `FastifyRequest`, after the consumer's own `onError`. */
+  readonly onError?: ErrorListener<FastifyRequest>
+}
+
+function send(reply: FastifyReply, answer: WebhookResponse): FastifyReply {
+  reply.code(answer.status).headers(answer.headers)
+  // Fastify writes through Node's response: `Connection: close` makes Node close the socket after the answer
+  // instead of reading the rest of a refused body.
+  if (answer.closeConnection) reply.header('connection', 'close')
+  return reply.send(answer.body)
+}
+
+/**
+ * The Fastify plugin: one route (every method; anything but POST is answered 405) whose body Fastify does not
+ * parse — the consumer reads the raw stream itself, up to `maxBodyBytes`, after checking the headers.
+ *
+ * Encapsulated on purpose (it is not wrapped in `fastify-plugin`): the catch-all content-type parser that leaves
+ * the body unread is registered inside the plugin's own context, so the application's JSON parser keeps working
+ * on every other route.
+ *
+ * @example
+ * ```ts
+ * import { createConsumer } from '@outbox/consumer'
+ * import { outboxWebhooks } from '@outbox/consumer/fastify'
+ * import Fastify from 'fastify'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ *
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const app = Fastify()
+ * await app.register(outboxWebhooks, {
+ *   consumer,
+ *   path: '/hooks',
+ *   handler: async (event, trx) => {
+ *     await trx.insertInto('audit').values({ event_id: event.eventId }).execute()
+ *   },
+ * })
+ * ```
+ */
+export async function outboxWebhooks<DB, Catalog extends EventCatalog, Kind extends EnvelopeKind>(
+  fastify: FastifyInstance,
+  options: OutboxWebhooksOptions<DB, Catalog, Kind>,
+): Promise<void> {
+  const core = (options?.consumer as unknown as { [CORE]?: ConsumerCore } | undefined)?.[CORE]
+  if (core === undefined) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      'outboxWebhooks: pass `consumer`, the result of createConsumer(…) from @outbox/consumer',
+      { option: 'consumer' },
+    )
+  }
+  if (typeof options.handler !== 'function') {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      'outboxWebhooks: pass `handler`, e.g. handler: async (event, trx, request) => { … }',
+      { option: 'handler' },
+    )
+  }
+  const { receive, logger } = core
+  const receipt = { handler: options.handler, onError: options.onError }
+
+  fastify.removeAllContentTypeParsers()
+  // Leave the body unread: the consumer reads request.raw itself, only once the headers pass.
+  fastify.addContentTypeParser('*', (_request, _payload, done) => done(null, undefined))
+
+  fastify.route({
+    method: ['POST', 'GET', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
+    url: options.path ?? '/',
+    handler: async (request, reply) => {
+      try {
+        const answer = await receive(
+          { method: request.method, headers: request.raw.headers, body: request.raw },
+          { ...receipt, context: request },
+        )
+        return send(reply, answer)
+      } catch (error) {
+        return send(reply, internalFailure(logger, error, 'outboxWebhooks'))
+      }
+    },
+  })
+}
