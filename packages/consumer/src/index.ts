@@ -56,3 +56,9 @@ export {
   migrationSql,
   type ProcessedEventsTable,
 } from './schema.js'
+export { githubEnvelope } from './senders/github-envelope.js'
+export { githubVerifier } from './senders/github-verifier.js'
+export { standardWebhooksEnvelope } from './senders/standard-webhooks-envelope.js'
+export { stripeEnvelope } from './senders/stripe-envelope.js'
+export { type StripeVerifierOptions, stripeVerifier } from './senders/stripe-verifier.js'
+export { type SvixVerifierOptions, svixVerifier } from './senders/svix-verifier.js'
