@@ -102,6 +102,37 @@ describe('Stripe: stripeVerifier + stripeEnvelope under sequence off', () => {
     expect(await effectsOf(t.db, event.id)).toHaveLength(1)
   })
 
+  it('applies an event once when copies of it arrive at the same time', async () => {
+    const event = stripeEvent('charge.refunded')
+    const payload = JSON.stringify(event)
+    const before = calls
+    // Ten connections at once; each waits on the first's id row until it commits.
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, () => post(server.url, payload, signed(payload))),
+    )
+    expect(answers.map((answer) => answer.status)).toEqual(Array(10).fill(200))
+    const statuses = answers.map((answer) => answer.json.status).sort()
+    expect(statuses).toEqual(['applied', ...Array(9).fill('duplicate_ignored')])
+    expect(calls).toBe(before + 1)
+    expect(await effectsOf(t.db, event.id)).toHaveLength(1)
+  })
+
+  it('reads a thin event (no data snapshot, created as a date string) whole', async () => {
+    const thin = {
+      id: `evt_${randomBytes(12).toString('hex')}`,
+      object: 'v2.core.event',
+      type: 'v1.billing.meter.error_report_triggered',
+      created: '2026-12-04T09:30:00.000Z',
+      related_object: { id: 'mtr_123', type: 'billing.meter', url: '/v1/billing/meters/mtr_123' },
+    }
+    const payload = JSON.stringify(thin)
+    const answer = await post(server.url, payload, signed(payload))
+    expect(answer.json).toEqual({ status: 'applied', eventId: thin.id })
+    expect(await effectsOf(t.db, thin.id)).toEqual([
+      { type: thin.type, data: thin, occurred_at: '2026-12-04T09:30:00.000Z' },
+    ])
+  })
+
   it('refuses a tampered body with 401 invalid_signature and records nothing', async () => {
     const event = stripeEvent()
     const payload = JSON.stringify(event)
