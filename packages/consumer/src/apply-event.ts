@@ -36,11 +36,12 @@ export type ApplyEvent = (
 
 /**
  * Returns the function that runs the transaction of DESIGN.md "Consumer" for one consumer (its statement is
- * prepared here, once): record the id (duplicates stop here), lock and judge the aggregate's cursor, run the
+ * prepared here, once): record the id under the consumer's `source` (duplicates stop here), lock and judge the aggregate's cursor, run the
  * handler, commit — as `BEGIN`, ONE statement (sql/record-event.ts: a call of the `outbox_record_event` function,
  * which records the id, locks the cursor, creating it for a new aggregate, and advances it when the policy says
  * apply), the handler, `COMMIT`. Only a stale event or a gap costs one more statement, to read the cursor it was
- * judged against. Under `'off'` the statement is the plain id insert.
+ * judged against. Under `'off'` the statement is the plain id insert, with NULLs for an event that has no
+ * aggregate or sequence. Every row read or written is the consumer `source`'s.
  *
  * READ COMMITTED is set explicitly: the duplicate and ordering arguments in the sql/ modules rely on a blocked
  * statement re-reading (and judging) the latest committed row, which REPEATABLE READ or SERIALIZABLE (if a
@@ -52,12 +53,18 @@ export type ApplyEvent = (
  * answer is a 500 the producer retries — never a `200 applied` with nothing committed (a lost effect).
  */
 export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
-  const { sequence: policy, firstSequence, schema } = options
+  const { sequence: policy, firstSequence, schema, source } = options
   const recordEvent =
-    policy === 'off' ? undefined : prepareRecordEvent(options.db, { schema, policy, firstSequence })
+    policy === 'off' ? undefined : prepareRecordEvent(options.db, { schema, source, policy, firstSequence })
+  // This project's ids are UUIDs, which the envelope accepts in either case: record the lower-case text a `uuid`
+  // column stored before migration 0003 (and that its type change left), so a retry written in another case is
+  // still the same id. Another sender's id is recorded exactly as sent.
+  const recordedId =
+    options.defaultEnvelope === undefined ? (id: string) => id : (id: string) => id.toLowerCase()
 
   return async (received, run) => {
-    const event = received as OutboxEvent<unknown>
+    const id = recordedId(received.eventId)
+    const recordable = id === received.eventId ? received : { ...received, eventId: id }
     try {
       return await options.db
         .transaction()
@@ -65,14 +72,16 @@ export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
         .execute(async (trx): Promise<ApplyOutcome> => {
           if (recordEvent === undefined) {
             const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, schema)
-            if (!(await insertProcessedEvent(own, event))) return DUPLICATE
+            if (!(await insertProcessedEvent(own, source, recordable))) return DUPLICATE
           } else {
+            // receive() refuses an event without aggregate and sequence under an ordered policy.
+            const event = recordable as OutboxEvent<unknown>
             const initial = initialCursor(policy, firstSequence, event.sequence)
             const recorded = await recordEvent(trx, event, initial)
             if (recorded === 'duplicate') return DUPLICATE
             if (recorded === 'held') {
               const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, schema)
-              const verdict = await judgeHeldCursor(own, event, policy, firstSequence, event.sequence)
+              const verdict = await judgeHeldCursor(own, source, event, policy, firstSequence, event.sequence)
               if (verdict.kind === 'gap') throw new SequenceGap(verdict.expected)
               return { kind: 'delivered', status: 'stale_ignored', cursor: verdict.cursor }
             }

@@ -20,7 +20,7 @@ export type SequenceVerdict =
  *
  * `cursor` is the last applied sequence, 0 when nothing was applied yet. Under `'off'` everything applies. The
  * "apply?" question is also asked inside PostgreSQL, by the `outbox_record_event` function (sql/record-event.ts,
- * migration 0002), where the cursor is locked; a property test proves the two agree, and {@link judgeHeldCursor}
+ * migration 0003), where the cursor is locked; a property test proves the two agree, and {@link judgeHeldCursor}
  * refuses to go on if they ever do not.
  */
 export function judgeSequence(
@@ -50,20 +50,22 @@ export function initialCursor(
 }
 
 /**
- * Judges an event whose cursor `recordEvent` locked but did not advance: reads that cursor (one round trip, only
- * on this rare path) and returns the `stale` or `gap` verdict with it.
+ * Judges an event whose cursor `recordEvent` locked but did not advance: reads that cursor — the consumer
+ * `source`'s, the one the function judged — (one round trip, only on this rare path) and returns the `stale` or
+ * `gap` verdict with it.
  *
  * An `apply` verdict here would mean the SQL predicate and {@link judgeSequence} disagree; that throws (a 500 the
  * producer retries) rather than guessing, since either guess could apply an event out of order or drop one.
  */
 export async function judgeHeldCursor(
   db: Kysely<ConsumerDatabase>,
+  source: string,
   key: AggregateKey,
   policy: SequencePolicy,
   firstSequence: FirstSequence,
   sequence: number,
 ): Promise<Exclude<SequenceVerdict, { kind: 'apply' }>> {
-  const cursor = await lockCursor(db, key)
+  const cursor = await lockCursor(db, source, key)
   // Only possible if someone deletes cursors by hand; failing (→ 500, retried) beats judging without the lock.
   if (cursor === undefined) throw new Error('the consumer cursor row vanished while this transaction held it')
   const verdict = judgeSequence(policy, firstSequence, cursor, sequence)

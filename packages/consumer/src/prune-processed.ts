@@ -31,6 +31,11 @@ export interface PruneProcessedOptions {
   readonly pauseMs?: number
   /** Schema of the consumer tables (as given to `migrate`): a lower-case SQL identifier. @defaultValue 'public' */
   readonly schema?: string
+  /**
+   * Prune only the ids of this consumer `source` — for a sender that needs its own retention (Stripe retries for up
+   * to 3 days). Left out, every source's ids past the retention go. @defaultValue every source
+   */
+  readonly source?: string
   /** Told about a retention shorter than the producer's retry horizon. @defaultValue warn/error to the console */
   readonly logger?: Logger
   /** Stops between batches when aborted (the result then says `caughtUp: false`). */
@@ -121,14 +126,16 @@ function positiveInteger(value: unknown, name: string, fallback: number, allowZe
 }
 
 /**
- * Deletes `processed_events` rows older than the retention, in bounded batches, and never touches
- * `consumer_cursors`.
+ * Deletes `processed_events` rows older than the retention — every source's, or one `source`'s — in bounded
+ * batches, and never touches `consumer_cursors`.
  *
  * Each batch is one short statement on the oldest rows, so pruning never holds many locks or stalls deliveries;
  * the call stops after `maxBatches` and reports `caughtUp: false` if more remain. Retention rule: keep ids longer
  * than the producer can still (re)send them — its retry horizon (≈ 27.6 h by default) + its dead-letter
  * retention + any replay window. Under `'monotonic'`/`'strict'` the cursor still stops a very late duplicate
  * whose id was pruned (it is at or below the cursor, so `stale_ignored`); under `'off'` retention is the only guard.
+ * Several senders in one schema: a retention that covers the longest of their retry windows, or one call per
+ * `source` with its own.
  *
  * @example
  * ```ts
@@ -157,6 +164,17 @@ export async function pruneProcessed(
   const maxBatches = positiveInteger(options.maxBatches, 'maxBatches', DEFAULT_PROCESSED_PRUNE_MAX_BATCHES)
   const pauseMs = positiveInteger(options.pauseMs, 'pauseMs', 0, true)
   const schema = checkSchema(options.schema, 'pruneProcessed')
+  const source = options.source
+  if (
+    source !== undefined &&
+    (typeof source !== 'string' || source.length === 0 || source.length > 255 || source.includes('\u0000'))
+  ) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      `pruneProcessed: \`source\` must be a consumer's source name (1 to 255 characters without NUL), or left out to prune every source (got ${JSON.stringify(source)})`,
+      { option: 'source' },
+    )
+  }
   const logger = options.logger ?? consoleLogger
   if (retentionMs < PRODUCER_RETRY_HORIZON_MS) {
     safeLog(
@@ -172,12 +190,12 @@ export async function pruneProcessed(
   for (let batch = 0; batch < maxBatches; batch++) {
     if (batch > 0 && pauseMs > 0) await pause(pauseMs, options.signal)
     if (options.signal?.aborted) return { removed, caughtUp: false }
-    const deleted = await deleteProcessedBatch(own, { retentionMs, batchSize })
+    const deleted = await deleteProcessedBatch(own, { retentionMs, batchSize, source })
     removed += deleted
     if (deleted < batchSize) return { removed, caughtUp: true }
   }
   // The budget ran out on a full batch: it finished only if nothing past retention is left.
-  return { removed, caughtUp: !(await hasExpiredProcessed(own, retentionMs)) }
+  return { removed, caughtUp: !(await hasExpiredProcessed(own, retentionMs, source)) }
 }
 
 /** Waits `ms`, or less if `signal` aborts, so a stopping service does not wait out a long pause. */

@@ -5,28 +5,36 @@ import { consumerMigrations } from './migrations/index.js'
 import { checkDatabase, checkSchema } from './options.js'
 
 /**
- * A row of `processed_events`: one event id this consumer has recorded (applied or stale). The primary key on
- * `event_id` is what makes a duplicate a no-op.
+ * A row of `processed_events`: one event id a consumer `source` has recorded (applied or stale). The primary key
+ * `(source, event_id)` is what makes a duplicate a no-op; another source may record the same id.
  *
  * @example
  * ```ts
  * import type { ProcessedEventsTable } from '@outbox/consumer'
- * type Column = keyof ProcessedEventsTable // 'event_id' | 'aggregate_type' | …
+ * type Column = keyof ProcessedEventsTable // 'source' | 'event_id' | 'aggregate_type' | …
  * ```
  */
 export interface ProcessedEventsTable {
+  /**
+   * The consumer's `source` (migration 0003 gave existing rows `'default'`). The column has that default for the
+   * previous version's statements during a rolling deploy; typed as required so every insert names its source.
+   */
+  source: string
+  /** The sender's id as text: a UUID (lower case) from this project's relay, `evt_…` from Stripe, … */
   event_id: string
-  aggregate_type: string
-  aggregate_id: string
-  /** bigint: pg returns it as a string. */
-  sequence: string | number
+  /** NULL for a sender without aggregates (recorded under `sequence: 'off'`). */
+  aggregate_type: string | null
+  /** NULL for a sender without aggregates (recorded under `sequence: 'off'`). */
+  aggregate_id: string | null
+  /** bigint: pg returns it as a string; NULL for a sender without sequences. */
+  sequence: string | number | null
   type: string
   received_at: Generated<Date>
 }
 
 /**
- * A row of `consumer_cursors`: the highest sequence applied for one aggregate (type, id). It only grows, and it is
- * never pruned.
+ * A row of `consumer_cursors`: the highest sequence applied for one aggregate (type, id) of one consumer `source`.
+ * It only grows, and it is never pruned.
  *
  * @example
  * ```ts
@@ -35,6 +43,8 @@ export interface ProcessedEventsTable {
  * ```
  */
 export interface ConsumerCursorsTable {
+  /** The consumer's `source`, first column of the primary key `(source, aggregate_type, aggregate_id)`. */
+  source: string
   aggregate_type: string
   aggregate_id: string
   /** bigint: pg returns it as a string; 0 means nothing applied yet. */
@@ -101,8 +111,8 @@ export function inSchema<T extends Kysely<any>>(db: T, schema: string | undefine
 }
 
 /**
- * Name of the function migration 0002 creates; `recordEvent` calls it, and an error naming it means a schema
- * migrated by an older consumer.
+ * Name of the function migration 0002 created and 0003 keyed by source (its 0002 signature stays as a wrapper);
+ * `recordEvent` calls it, and an error naming it means a schema migrated by an older consumer.
  */
 export const RECORD_EVENT_FUNCTION = 'outbox_record_event'
 

@@ -211,7 +211,12 @@ describe('judgeSequence (the policy table)', () => {
             .values({ aggregate_type: 'property', aggregate_id: aggregateId, last_sequence: c })
             .execute()
         }
-        const recordEvent = prepareRecordEvent(t.db, { schema: undefined, policy, firstSequence: first })
+        const recordEvent = prepareRecordEvent(t.db, {
+          schema: undefined,
+          source: 'default',
+          policy,
+          firstSequence: first,
+        })
         const event = makeEvent({ aggregateType: 'property', aggregateId, sequence: s })
         const result = await recordEvent(t.db, event, initialCursor(policy, first, s))
 
@@ -228,6 +233,7 @@ describe('judgeSequence (the policy table)', () => {
   it('outbox_record_event refuses a policy it does not know instead of judging with it', async () => {
     const recordEvent = prepareRecordEvent(t.db, {
       schema: undefined,
+      source: 'default',
       policy: 'sideways' as 'strict',
       firstSequence: 1,
     })

@@ -44,7 +44,7 @@ async function functionsOf(schema: string): Promise<string[]> {
   const { rows } = await sql<{ fn: string }>`
     SELECT p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ') ' || p.prosrc AS fn
     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-    WHERE n.nspname = ${schema} AND p.proname LIKE 'outbox\\_record\\_%' ORDER BY p.proname
+    WHERE n.nspname = ${schema} AND p.proname LIKE 'outbox\\_record\\_%' ORDER BY fn
   `.execute(t.db)
   return rows.map((row) => row.fn.replaceAll(`"${schema}".`, ''))
 }
@@ -75,6 +75,7 @@ describe('migrate', () => {
     expect(consumerRuns.map((run) => run.name)).toEqual([
       '0001_processed_events_and_cursors',
       '0002_record_event_function',
+      '0003_source_keys',
     ])
     expect(producerRuns.length).toBeGreaterThan(0)
     // neither package's bookkeeping mentions the other's migrations
@@ -114,8 +115,10 @@ describe('migrate', () => {
         'processed_events',
       ].sort(),
     )
-    expect((await functionsOf('hooks')).map((fn) => fn.slice(0, fn.indexOf('(')))).toEqual([
-      'outbox_record_event',
+    // The new signature and 0002's, kept as a wrapper for the previous version.
+    expect((await functionsOf('hooks')).map((fn) => fn.slice(0, fn.indexOf(')') + 1))).toEqual([
+      'outbox_record_event(p_event_id uuid, p_aggregate_type text, p_aggregate_id text, p_sequence bigint, p_type text, p_policy text, p_first_sequence text, p_initial_cursor bigint)',
+      'outbox_record_event(p_source text, p_event_id text, p_aggregate_type text, p_aggregate_id text, p_sequence bigint, p_type text, p_policy text, p_first_sequence text, p_initial_cursor bigint)',
     ])
 
     const { dedupe } = createConsumer({
@@ -157,6 +160,9 @@ describe('migrate', () => {
       await sql`DROP FUNCTION IF EXISTS outbox_record_event(uuid, text, text, bigint, text, text, text, bigint)`.execute(
         trx,
       )
+      await sql`DROP FUNCTION IF EXISTS outbox_record_event(text, text, text, text, bigint, text, text, text, bigint)`.execute(
+        trx,
+      )
       await sql`DROP TABLE IF EXISTS processed_events, consumer_cursors, outbox_consumer_migration, outbox_consumer_migration_lock`.execute(
         trx,
       )
@@ -183,7 +189,7 @@ describe('consumerMigrationSql', () => {
       expect(await indexesOf('by_sql', table)).toEqual(await indexesOf('public', table))
     }
     expect(await functionsOf('by_sql')).toEqual(await functionsOf('public'))
-    expect(await functionsOf('by_sql')).toHaveLength(1)
+    expect(await functionsOf('by_sql')).toHaveLength(2)
     expect(await tablesIn('by_sql')).not.toContain(CONSUMER_MIGRATION_TABLE)
   })
 
@@ -209,13 +215,13 @@ describe('consumerMigrationSql', () => {
   })
 })
 
-describe('a schema migrated by an older consumer (no outbox_record_event)', () => {
+describe('a schema migrated by an older consumer (no outbox_record_event taking a source)', () => {
   it('answers 500 without internals, tells the logger and onError to migrate, and works once migrated', async () => {
     await migrate(t.db, { schema: 'old' })
-    await sql`DROP FUNCTION old.outbox_record_event`.execute(t.db)
-    await sql`DELETE FROM old.outbox_consumer_migration WHERE name = '0002_record_event_function'`.execute(
+    await sql`DROP FUNCTION old.outbox_record_event(text, text, text, text, bigint, text, text, text, bigint)`.execute(
       t.db,
     )
+    await sql`DELETE FROM old.outbox_consumer_migration WHERE name = '0003_source_keys'`.execute(t.db)
     const logger = recordingLogger()
     const { refusals, onError } = refusalRecorder()
     const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, schema: 'old', logger, onError })

@@ -181,17 +181,19 @@ export async function recorded(
   }
 }
 
-/** The last applied sequence of an aggregate, or undefined when it has no cursor row. */
+/** The last applied sequence of an aggregate of one source, or undefined when it has no cursor row. */
 export async function cursorOf(
   db: Kysely<any>,
   aggregateType: string,
   aggregateId: string,
   schema?: string,
+  source = 'default',
 ): Promise<number | undefined> {
   const own = schema === undefined ? db : db.withSchema(schema)
   const row = await own
     .selectFrom('consumer_cursors')
     .select('last_sequence')
+    .where('source', '=', source)
     .where('aggregate_type', '=', aggregateType)
     .where('aggregate_id', '=', aggregateId)
     .executeTakeFirst()

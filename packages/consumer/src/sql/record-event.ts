@@ -1,4 +1,4 @@
-// outbox_record_event — body in force: migration 0002.
+// outbox_record_event(p_source, …) — body in force: migration 0003 (0002's statement, keyed by source).
 import type { OutboxEvent } from '@outbox/protocol'
 import { CompiledQuery, type Kysely, sql } from 'kysely'
 import { OutboxError } from '../errors.js'
@@ -17,15 +17,20 @@ export type OrderedPolicy = 'monotonic' | 'strict'
  */
 export type RecordEventResult = 'duplicate' | 'advanced' | 'held'
 
-/** Runs the statement of {@link prepareRecordEvent} for one event, on the delivery's transaction. */
+/**
+ * Runs the statement of {@link prepareRecordEvent} for one event, on the delivery's transaction. `eventId` is the id
+ * as recorded (see `createApplyEvent`); the event must have its aggregate and sequence (ordered policies refuse
+ * events without them before this runs).
+ */
 export type RecordEvent = (
   trx: Kysely<any>,
-  event: OutboxEvent<unknown>,
+  event: Pick<OutboxEvent<unknown>, 'eventId' | 'aggregateType' | 'aggregateId' | 'sequence' | 'type'>,
   initialCursor: number,
 ) => Promise<RecordEventResult>
 
 /** The function's arguments, in its parameter order. */
 const ARGUMENTS = [
+  'source',
   'eventId',
   'aggregateType',
   'aggregateId',
@@ -43,14 +48,17 @@ const RESULTS: ReadonlySet<string> = new Set<RecordEventResult>(['duplicate', 'a
  * and advances it when the policy says apply — ONE statement in ONE round trip, so the common delivery is
  * `BEGIN`, this, the handler's writes, `COMMIT`.
  *
- * Why a function (`outbox_record_event`, created by migration 0002): PL/pgSQL caches the plans of its statements
- * per connection. The same statement sent as text with parameters (Kysely cannot issue prepared statements) was
- * parsed and planned by PostgreSQL on every delivery — ≈ 110 µs more server time than a plain insert, which kept
- * `dedupe` near 0.8× a hand-written handler on the apply path. Measured on one connection, median of 4000 calls
- * each, the variants interleaved (`BEGIN`, the call, `COMMIT`; new ids, advancing cursors): on PostgreSQL 15
- * 322–344 µs per call instead of 433–462 µs when applying and 176–295 instead of 257–391 µs for a duplicate; on
- * PostgreSQL 18 653 instead of 802 µs (apply) and 592 instead of 726 µs (duplicate). A plain id insert took
- * 239–249 µs (PostgreSQL 15). The call text itself is built once here, because building and compiling a
+ * Every row it reads or writes is the consumer's `source`'s: the id is recorded under `(source, event_id)` and the
+ * cursor is `(source, aggregate_type, aggregate_id)`'s, so two senders reusing an id or an aggregate key never meet.
+ *
+ * Why a function (`outbox_record_event`, created by migration 0002, keyed by source since 0003): PL/pgSQL caches the
+ * plans of its statements per connection. The same statement sent as text with parameters (Kysely cannot issue
+ * prepared statements) was parsed and planned by PostgreSQL on every delivery — ≈ 110 µs more server time than a
+ * plain insert, which kept `dedupe` near 0.8× a hand-written handler on the apply path. Measured on one connection,
+ * median of 4000 calls each, the variants interleaved (`BEGIN`, the call, `COMMIT`; new ids, advancing cursors): on
+ * PostgreSQL 15 322–344 µs per call instead of 433–462 µs when applying and 176–295 instead of 257–391 µs for a
+ * duplicate; on PostgreSQL 18 653 instead of 802 µs (apply) and 592 instead of 726 µs (duplicate). A plain id insert
+ * took 239–249 µs (PostgreSQL 15). The call text itself is built once here, because building and compiling a
  * statement with Kysely took ≈ 40 µs of CPU per request.
  *
  * Shape of the statement (the function's body): a data-modifying CTE inserts the id (`ON CONFLICT DO NOTHING`)
@@ -80,22 +88,24 @@ const RESULTS: ReadonlySet<string> = new Set<RecordEventResult>(['duplicate', 'a
  * (PostgreSQL 18 only), which would have returned the old cursor here; and two statements (insert, then upsert),
  * one more round trip for ≈ the same server work.
  *
- * A schema migrated by an older consumer has no such function: PostgreSQL answers 42883, turned here into
+ * A schema migrated by an older consumer has no such function (0002's signature, without `p_source`, is kept by
+ * migration 0003 only as a wrapper for the previous version): PostgreSQL answers 42883, turned here into
  * {@link OutboxError} `ERR_OUTBOX_SCHEMA_OUTDATED`, whose message says to run the consumer's migrations.
  *
  * @param db the consumer's Kysely instance (only used to compile the call once).
  * @param call `schema`: the consumer's schema, as given to `migrate` (undefined lets the search_path find the
- *   function); `policy` and `firstSequence`: the consumer's options, passed to every call.
+ *   function); `source`, `policy` and `firstSequence`: the consumer's options, passed to every call.
  */
 export function prepareRecordEvent(
   db: Kysely<any>,
   call: {
     readonly schema: string | undefined
+    readonly source: string
     readonly policy: OrderedPolicy
     readonly firstSequence: FirstSequence
   },
 ): RecordEvent {
-  const { schema, policy, firstSequence } = call
+  const { schema, source, policy, firstSequence } = call
   // Raw SQL: a function call, compiled once and then sent as text (no Kysely query built per delivery).
   const compiled = sql`select ${qualified(schema, RECORD_EVENT_FUNCTION)}(${sql.join(
     ARGUMENTS.map((name) => sql.val(name)),
@@ -113,6 +123,7 @@ export function prepareRecordEvent(
 
   return async (trx, event, initialCursor) => {
     const query = CompiledQuery.raw(text, [
+      source,
       event.eventId,
       event.aggregateType,
       event.aggregateId,
