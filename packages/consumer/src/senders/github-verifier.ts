@@ -23,8 +23,8 @@ function presentedSignature(headers: WebhookHeaders): Buffer | undefined {
  * sends the SHA-256 header whenever the webhook has a secret, and a webhook without a secret cannot be verified.
  *
  * GitHub signs no timestamp, so a captured delivery can be sent again at any time: it is answered
- * `duplicate_ignored` for as long as its `X-GitHub-Delivery` id is kept in `processed_events` — keep the
- * retention of `pruneProcessed` for this consumer at least as long as you care about. Pair it with
+ * `duplicate_ignored` for as long as its `X-GitHub-Delivery` id is kept in `processed_events` — give this
+ * consumer's source a long retention (`pruneProcessed(db, { source: 'github', retention })`). Pair it with
  * {@link githubEnvelope}, under `sequence: 'off'`; set the webhook's content type to `application/json` (the
  * form-encoded one is answered 415).
  *
