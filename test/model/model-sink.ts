@@ -64,6 +64,7 @@ export class ModelSink {
     const consumer = createConsumer({
       db: this.db,
       sequence: 'monotonic',
+      allowUnsigned: true, // the model's relays send unsigned: signatures are not what it explores
       logger: { debug: quiet, info: quiet, warn: quiet, error: quiet },
     })
     const apply = consumer.dedupe(async (event, trx) => {

@@ -24,7 +24,7 @@ const PATHS = [
 
 /** The app under test: `dedupe(handler)` and the hand-written equivalent of the guide's `apply_event`. */
 function buildApp(db: Kysely<any>) {
-  const { dedupe } = createConsumer({ db })
+  const { dedupe } = createConsumer({ db, allowUnsigned: true })
   const app = express()
   app.post(
     '/dedupe',

@@ -89,15 +89,21 @@ export interface SubscriberAppOptions {
   readonly db: Kysely<SubscriberDatabase>
   /** The Standard Webhooks secret(s) the relay signs with, `whsec_…`; unsigned requests are refused. */
   readonly secret?: string | readonly string[]
+  /** Accept unsigned webhooks when there is no secret (a closed network, a local try-out). @defaultValue false */
+  readonly allowUnsigned?: boolean
   /** Where the consumer logs refusals and failures. @defaultValue warnings and errors to the console */
   readonly logger?: Logger
 }
 
 /** The subscriber's HTTP API: the webhook endpoint and a read of its copies. */
-export function createSubscriberApp({ db, secret, logger }: SubscriberAppOptions): Express {
+export function createSubscriberApp({ db, secret, allowUnsigned, logger }: SubscriberAppOptions): Express {
   const app = express()
   // #region consumer
-  const { dedupe } = createConsumer({ db, secret, logger })
+  const { dedupe } = createConsumer({
+    db,
+    ...(secret === undefined ? { allowUnsigned } : { secret }),
+    logger,
+  })
 
   // No body parser in front of dedupe: it reads the raw bytes itself, as the signature covers them.
   app.post(
@@ -173,7 +179,14 @@ async function main(): Promise<void> {
   )
   try {
     await migrateSubscriber(db)
-    const app = createSubscriberApp({ db, secret: process.env.WEBHOOK_SECRET || undefined })
+    const secret = process.env.WEBHOOK_SECRET || undefined
+    const allowUnsigned = process.env.ALLOW_UNSIGNED === '1'
+    if (secret === undefined && !allowUnsigned) {
+      throw new Error(
+        "set WEBHOOK_SECRET to the relay's whsec_… secret, or ALLOW_UNSIGNED=1 to accept unsigned webhooks on a closed network",
+      )
+    }
+    const app = createSubscriberApp({ db, secret, allowUnsigned })
     const server = await serve(app, portFromEnv('PORT', 3001), process.env.HOST)
     console.log(`subscriber: listening on ${server.url}, webhooks at ${server.url}/hooks`)
     stopOnSignal('subscriber', async () => {

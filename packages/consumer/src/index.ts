@@ -25,6 +25,13 @@ export type {
 } from './handler.js'
 export { consoleLogger, DEFAULT_LOGGER, type Logger, type LogMethod, silentLogger } from './logger.js'
 export {
+  type ConsumerMetrics,
+  type ConsumerMetricsOptions,
+  type ConsumerMetricsRegistry,
+  consumerMetrics,
+  RECEIPT_DURATION_BUCKETS,
+} from './metrics.js'
+export {
   type ConsumerOptions,
   DEFAULT_MAX_BODY_BYTES,
   DEFAULT_SEQUENCE_POLICY,

@@ -48,7 +48,7 @@ export type SequencePolicy = 'monotonic' | 'strict' | 'off'
  * import pg from 'pg'
  *
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
- * const { dedupe } = createConsumer({ db, sequence: 'strict', firstSequence: 'any' })
+ * const { dedupe } = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, sequence: 'strict', firstSequence: 'any' })
  * ```
  */
 export type FirstSequence = 1 | 'any'

@@ -276,21 +276,21 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
       )
     }
 
-    let read_: EnvelopeResult
+    let parsed: EnvelopeResult
     try {
-      read_ = envelope(json, headers)
+      parsed = envelope(json, headers)
     } catch (error) {
       return refuse(refusal('handler_failed', 'the envelope reader threw; retry later', { cause: error }))
     }
-    if (isEnvelopeRefusal(read_)) {
+    if (isEnvelopeRefusal(parsed)) {
       return refuse(
-        refusal(read_.code ?? 'invalid_envelope', read_.errors.join('; '), {
-          ...(read_.event === undefined ? {} : eventFields(read_.event)),
-          extensions: { errors: read_.errors },
+        refusal(parsed.code ?? 'invalid_envelope', parsed.errors.join('; '), {
+          ...(parsed.event === undefined ? {} : eventFields(parsed.event)),
+          extensions: { errors: parsed.errors },
         }),
       )
     }
-    let event = read_
+    let event = parsed
     if (envelope !== options.defaultEnvelope) {
       const errors = checkReceivedEvent(event)
       if (errors.length > 0) {
