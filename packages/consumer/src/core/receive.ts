@@ -143,8 +143,13 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
   const logsOutcomes = logger.debug !== consoleLogger.debug
   const ordered = policy !== 'off'
 
+  // The id a refusal is logged under when the body was never read: our relay's, then Standard Webhooks',
+  // Svix's and GitHub's delivery id headers.
   const headerEventId = (headers: WebhookHeaders) =>
-    headers.get(HEADERS.idempotencyKey) ?? headers.get(HEADERS.webhookId)
+    headers.get(HEADERS.idempotencyKey) ??
+    headers.get(HEADERS.webhookId) ??
+    headers.get('svix-id') ??
+    headers.get('x-github-delivery')
 
   return async function receive<TReq>(
     request: WebhookRequest,

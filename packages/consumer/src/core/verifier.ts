@@ -24,7 +24,7 @@ export type VerifyFailure = SignatureFailure
  * reading a byte of its body — and `verify` then checks the signature over the exact body bytes.
  *
  * Shipped: {@link standardWebhooksVerifier} (this project's relay and any Standard Webhooks sender, the default
- * when `secret` is given), `stripeVerifier` and `githubVerifier`. A plain function `(headers, body) => boolean`
+ * when `secret` is given), `svixVerifier`, `stripeVerifier` and `githubVerifier`. A plain function `(headers, body) => boolean`
  * is accepted too, for anything else.
  *
  * @example
