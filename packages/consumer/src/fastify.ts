@@ -60,6 +60,10 @@ function send(reply: FastifyReply, answer: WebhookResponse): FastifyReply {
  * the body unread is registered inside the plugin's own context, so the application's JSON parser keeps working
  * on every other route.
  *
+ * With a catalog (`createConsumer<DB, Catalog>`), register `outboxWebhooks<DB, Catalog, 'outbox'>` (or
+ * `'received'` for a custom `envelope`): the handler's `event.data` then narrows by `event.type`. Registered as
+ * plain `outboxWebhooks`, the handler gets any consumer's events, `data` untyped.
+ *
  * @example
  * ```ts
  * import { createConsumer } from '@outbox/consumer'
@@ -80,9 +84,17 @@ function send(reply: FastifyReply, answer: WebhookResponse): FastifyReply {
  * })
  * ```
  */
-export async function outboxWebhooks<DB, Catalog extends EventCatalog, Kind extends EnvelopeKind>(
+export function outboxWebhooks<DB, Catalog extends EventCatalog, Kind extends EnvelopeKind>(
   fastify: FastifyInstance,
   options: OutboxWebhooksOptions<DB, Catalog, Kind>,
+): Promise<void>
+// Last on purpose: `app.register(outboxWebhooks, { … })` infers its options from a plugin's last signature, and a
+// generic one leaves the handler's parameters untyped (implicit any). This one types them as any consumer's
+// events; for a catalog's narrowing, register `outboxWebhooks<DB, Catalog, 'outbox'>`.
+export function outboxWebhooks(fastify: FastifyInstance, options: OutboxWebhooksOptions): Promise<void>
+export async function outboxWebhooks(
+  fastify: FastifyInstance,
+  options: OutboxWebhooksOptions,
 ): Promise<void> {
   const core = (options?.consumer as unknown as { [CORE]?: ConsumerCore } | undefined)?.[CORE]
   if (core === undefined) {

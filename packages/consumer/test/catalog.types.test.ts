@@ -4,9 +4,11 @@
 import type { IncomingMessage } from 'node:http'
 import type { EventCatalog, JsonValue, OutboxEvent, ReceivedEvent } from '@outbox/protocol'
 import { useTestDatabase } from '@outbox/test-harness'
+import Fastify, { type FastifyRequest } from 'fastify'
 import type { Kysely, Transaction } from 'kysely'
 import { beforeAll, describe, expect, expectTypeOf, it } from 'vitest'
 import { z } from 'zod'
+import { outboxWebhooks } from '../src/fastify.js'
 import {
   createConsumer,
   type EnvelopeReader,
@@ -89,6 +91,37 @@ describe('createConsumer<DB, Catalog>: event.data narrows by event.type', () => 
     // @ts-expect-error a handler written for another payload does not fit the catalog's events
     dedupe(async (event: OutboxEvent<{ sku: string }>) => console.log(event.data.sku))
     expect(typeof dedupe).toBe('function')
+  })
+
+  it('narrows the same way in the Fastify plugin, registered with the catalog as a type argument', async () => {
+    const consumer = createConsumer<Db, OrderEvents>({ db, allowUnsigned })
+    const app = Fastify()
+    await app.register(outboxWebhooks<Db, OrderEvents, 'outbox'>, {
+      consumer,
+      path: '/hooks',
+      handler: async (event, trx, request) => {
+        expectTypeOf(request).toEqualTypeOf<FastifyRequest>()
+        if (event.type === 'order.created') {
+          expectTypeOf(event.data).toEqualTypeOf<{ order_id: string; total_cents: number }>()
+          await trx
+            .insertInto('orders')
+            .values({ id: event.data.order_id, status: 'created', total_cents: event.data.total_cents })
+            .execute()
+        } else {
+          expectTypeOf(event.data.reason).toBeString()
+        }
+      },
+    })
+    // Registered without type arguments, the handler's parameters are still typed (never an implicit any).
+    await app.register(outboxWebhooks, {
+      consumer: createConsumer({ db, allowUnsigned }),
+      path: '/untyped',
+      handler: async (event, trx) => {
+        expectTypeOf(event).toEqualTypeOf<OutboxEvent<any> | ReceivedEvent<any>>()
+        expectTypeOf(trx).toEqualTypeOf<Transaction<any>>()
+      },
+    })
+    await app.close()
   })
 
   it('types a custom envelope as ReceivedEvent, narrowing the same way', () => {
