@@ -259,6 +259,33 @@ describe('the schemas option is checked when the consumer is created', () => {
     })
   }
 
+  it('accepts a schema that is a function carrying `~standard`, as arktype’s are', async () => {
+    const positive = Object.assign((value: unknown) => value, {
+      '~standard': {
+        version: 1 as const,
+        vendor: 'function-shaped',
+        validate: (value: unknown) =>
+          typeof value === 'object' && value !== null && (value as { n?: unknown }).n === 1
+            ? { value }
+            : { issues: [{ message: 'n must be 1', path: [{ key: 'n' }] }] },
+      },
+    })
+    const { dedupe } = createConsumer({
+      db: t.db,
+      allowUnsigned: true,
+      logger: quiet,
+      schemas: { 'order.counted': positive },
+    })
+    const server = await listen(appWith(dedupe(async () => {})))
+    servers.push(server)
+    expect(await expectInvalidPayload((await send(server.url, 'order.counted', { n: 2 })).answer)).toEqual([
+      'data.n: n must be 1',
+    ])
+    expect((await send(server.url, 'order.counted', { n: 1 })).answer.json).toMatchObject({
+      status: 'applied',
+    })
+  })
+
   it('keeps its own copy: changing the object later changes nothing', async () => {
     const schemas: Record<string, unknown> = { 'order.created': z.object({ order_id: z.string() }) }
     const { dedupe } = createConsumer({
