@@ -35,6 +35,33 @@ await db.transaction().execute(async (trx) => {
 // #endregion enqueue
 console.log(eventId, sequence)
 
+// #region typed-events
+import type { EventCatalog } from '@outbox/protocol'
+
+// In a module the producer and its subscribers share: each event type and the type of its payload.
+export interface OrderEvents extends EventCatalog {
+  'order.placed': { orderId: string; totalCents: number }
+  'order.cancelled': { orderId: string; reason: string }
+}
+
+await db.transaction().execute(async (trx) => {
+  await enqueue<OrderEvents>(trx, {
+    aggregateType: 'order',
+    aggregateId: '42',
+    eventType: 'order.cancelled',
+    payload: { orderId: '42', reason: 'out of stock' },
+  })
+  // @ts-expect-error 'order.placed' needs totalCents: a payload that does not fit its eventType does not compile
+  await enqueue<OrderEvents>(trx, {
+    aggregateType: 'order',
+    aggregateId: '43',
+    eventType: 'order.placed',
+    payload: { orderId: '43', reason: 'wrong event' },
+  })
+})
+
+// #endregion typed-events
+
 // #region prune
 import { prune } from '@outbox/producer'
 

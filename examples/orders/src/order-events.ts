@@ -3,6 +3,7 @@
  * aggregate is the order (`aggregateType: 'order'`, `aggregateId`: the order id), so one order's events
  * arrive in the order they were committed.
  */
+import type { EventCatalog } from '@outbox/protocol'
 
 /** An order's life, in order. */
 export const ORDER_STATUSES = ['placed', 'paid', 'packed', 'shipped', 'delivered', 'cancelled'] as const
@@ -24,8 +25,12 @@ export interface OrderUpdated {
   readonly status: OrderStatus
 }
 
-/** Event type → payload (the webhook's `data`). */
-export interface OrderEvents {
+/**
+ * Event type → payload (the webhook's `data`): the catalog both sides are typed by. The orders service's
+ * `enqueue<OrderEvents>` refuses a payload that does not fit its event type at compile time; the subscriber's
+ * `createConsumer<Db, OrderEvents>` narrows `event.data` by `event.type`.
+ */
+export interface OrderEvents extends EventCatalog {
   'order.created': OrderCreated
   'order.updated': OrderUpdated
 }

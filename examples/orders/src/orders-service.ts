@@ -14,7 +14,7 @@ import express, { type ErrorRequestHandler, type Express, type RequestHandler } 
 import { type Generated, type Kysely, type Selectable, sql } from 'kysely'
 import { connect } from './database.js'
 import { portFromEnv, requireEnv } from './env.js'
-import { isOrderStatus, type OrderCreated, type OrderStatus, type OrderUpdated } from './order-events.js'
+import { isOrderStatus, type OrderEvents, type OrderStatus } from './order-events.js'
 import { serve } from './serve.js'
 import { isMain, stopOnSignal } from './shutdown.js'
 
@@ -107,7 +107,7 @@ export function createOrdersApp({ db, onCommitted, onError = logError }: OrdersA
         .values({ customer, total_cents: totalCents, status: 'placed' })
         .returningAll()
         .executeTakeFirstOrThrow()
-      const event = await enqueue<OrderCreated>(trx, {
+      const event = await enqueue<OrderEvents>(trx, {
         aggregateType: 'order',
         aggregateId: order.id,
         eventType: 'order.created',
@@ -143,7 +143,7 @@ export function createOrdersApp({ db, onCommitted, onError = logError }: OrdersA
         .returningAll()
         .executeTakeFirst()
       if (!order) return undefined // nothing changed, so nothing to announce
-      const event = await enqueue<OrderUpdated>(trx, {
+      const event = await enqueue<OrderEvents>(trx, {
         aggregateType: 'order',
         aggregateId: order.id,
         eventType: 'order.updated',

@@ -14,7 +14,7 @@ import express, { type ErrorRequestHandler, type Express } from 'express'
 import { type ColumnType, type Generated, type Kysely, sql } from 'kysely'
 import { connect } from './database.js'
 import { portFromEnv, requireEnv } from './env.js'
-import type { OrderCreated, OrderStatus, OrderUpdated } from './order-events.js'
+import type { OrderEvents, OrderStatus } from './order-events.js'
 import { serve } from './serve.js'
 import { isMain, stopOnSignal } from './shutdown.js'
 
@@ -99,7 +99,7 @@ export interface SubscriberAppOptions {
 export function createSubscriberApp({ db, secret, allowUnsigned, logger }: SubscriberAppOptions): Express {
   const app = express()
   // #region consumer
-  const { dedupe } = createConsumer({
+  const { dedupe } = createConsumer<SubscriberDatabase, OrderEvents>({
     db,
     ...(secret === undefined ? { allowUnsigned } : { secret }),
     logger,
@@ -108,11 +108,12 @@ export function createSubscriberApp({ db, secret, allowUnsigned, logger }: Subsc
   // No body parser in front of dedupe: it reads the raw bytes itself, as the signature covers them.
   app.post(
     '/hooks',
-    dedupe<OrderCreated | OrderUpdated>(async (event, trx) => {
+    dedupe(async (event, trx) => {
       // Runs in the transaction that records event.eventId: a redelivery never gets here (it is answered
       // duplicate_ignored), and if anything throws, neither the change nor the id is kept; the relay retries.
+      // `event.data` narrows by `event.type` through the catalog: no cast.
       if (event.type === 'order.created') {
-        const { customer, totalCents, status } = event.data as OrderCreated
+        const { customer, totalCents, status } = event.data
         await trx
           .insertInto('order_copies')
           .values({

@@ -157,10 +157,10 @@ function checkAdapterOptions(options: AdapterOptions<unknown> | undefined, metho
  * ```
  */
 export function createConsumer<DB = any, Catalog extends EventCatalog = UntypedCatalog>(
-  options: ConsumerOptions<DB> & { readonly envelope: EnvelopeReader },
+  options: ConsumerOptions<DB, Catalog> & { readonly envelope: EnvelopeReader },
 ): Consumer<DB, Catalog, 'received'>
 export function createConsumer<DB = any, Catalog extends EventCatalog = UntypedCatalog>(
-  options: ConsumerOptions<DB>,
+  options: ConsumerOptions<DB, Catalog>,
 ): Consumer<DB, Catalog, 'outbox'>
 export function createConsumer(options: ConsumerOptions<any>): Consumer<any, UntypedCatalog, EnvelopeKind> {
   const resolved = resolveConsumerOptions(options)

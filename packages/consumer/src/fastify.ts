@@ -5,7 +5,7 @@
  * @packageDocumentation
  */
 import type { EventCatalog } from '@outbox/protocol'
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { internalFailure } from './adapters/node.js'
 import type { Consumer } from './consumer.js'
 import { CORE, type ConsumerCore } from './core/internal.js'
@@ -56,13 +56,13 @@ function send(reply: FastifyReply, answer: WebhookResponse): FastifyReply {
  * The Fastify plugin: one route (every method; anything but POST is answered 405) whose body Fastify does not
  * parse — the consumer reads the raw stream itself, up to `maxBodyBytes`, after checking the headers.
  *
- * Not generic, so `app.register(outboxWebhooks, { … })` types the handler's arguments by context (Fastify's
- * `register` cannot infer a generic plugin's options); for events typed by a catalog, declare the handler as
- * `OutboxWebhooksOptions<DB, Catalog>['handler']`.
- *
  * Encapsulated on purpose (it is not wrapped in `fastify-plugin`): the catch-all content-type parser that leaves
  * the body unread is registered inside the plugin's own context, so the application's JSON parser keeps working
  * on every other route.
+ *
+ * With a catalog (`createConsumer<DB, Catalog>`), register `outboxWebhooks<DB, Catalog, 'outbox'>` (or
+ * `'received'` for a custom `envelope`): the handler's `event.data` then narrows by `event.type`. Registered as
+ * plain `outboxWebhooks`, the handler gets any consumer's events, `data` untyped.
  *
  * @example
  * ```ts
@@ -84,7 +84,18 @@ function send(reply: FastifyReply, answer: WebhookResponse): FastifyReply {
  * })
  * ```
  */
-export const outboxWebhooks: FastifyPluginAsync<OutboxWebhooksOptions> = async (fastify, options) => {
+export function outboxWebhooks<DB, Catalog extends EventCatalog, Kind extends EnvelopeKind>(
+  fastify: FastifyInstance,
+  options: OutboxWebhooksOptions<DB, Catalog, Kind>,
+): Promise<void>
+// Last on purpose: `app.register(outboxWebhooks, { … })` infers its options from a plugin's last signature, and a
+// generic one leaves the handler's parameters untyped (implicit any). This one types them as any consumer's
+// events; for a catalog's narrowing, register `outboxWebhooks<DB, Catalog, 'outbox'>`.
+export function outboxWebhooks(fastify: FastifyInstance, options: OutboxWebhooksOptions): Promise<void>
+export async function outboxWebhooks(
+  fastify: FastifyInstance,
+  options: OutboxWebhooksOptions,
+): Promise<void> {
   const core = (options?.consumer as unknown as { [CORE]?: ConsumerCore } | undefined)?.[CORE]
   if (core === undefined) {
     throw new OutboxError(

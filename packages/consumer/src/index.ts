@@ -42,6 +42,10 @@ export {
   type SequencePolicy,
 } from './options.js'
 export {
+  MAX_REPORTED_ISSUES,
+  type PayloadSchemas,
+} from './payload-schemas.js'
+export {
   DEFAULT_PROCESSED_PRUNE_BATCH_SIZE,
   DEFAULT_PROCESSED_PRUNE_MAX_BATCHES,
   DEFAULT_PRUNE_BATCH_SIZE,

@@ -1,8 +1,10 @@
 import {
   DEFAULT_SIGNATURE_TOLERANCE_SECONDS,
+  type EventCatalog,
   parseSigningSecrets,
   resolveSchema,
   type SigningKey,
+  type UntypedCatalog,
 } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
 import { type EnvelopeReader, outboxEnvelope } from './core/envelope-reader.js'
@@ -71,7 +73,7 @@ export type FirstSequence = 1 | 'any'
  * }
  * ```
  */
-export interface ConsumerOptions<DB = any> {
+export interface ConsumerOptions<DB = any, Catalog extends EventCatalog = UntypedCatalog> {
   /** The Kysely instance (not a transaction): each delivery runs in its own transaction on it. */
   readonly db: Kysely<DB>
   /**
@@ -103,9 +105,10 @@ export interface ConsumerOptions<DB = any> {
    * Run-time validation of `data` by event type, with any Standard Schema library (zod, valibot, arktype …): an
    * event whose payload fails its schema is answered 422 `invalid_payload` and nothing is recorded (the relay
    * retries it and, when its attempts run out, keeps it as a dead letter). The handler gets the schema's output.
-   * Types without a schema pass unchecked.
+   * Types without a schema pass unchecked. Under `createConsumer<DB, Catalog>`, each schema's output must be the
+   * catalog's payload type; see {@link PayloadSchemas}.
    */
-  readonly schemas?: PayloadSchemas
+  readonly schemas?: PayloadSchemas<Catalog>
   /**
    * The sequence policy; see {@link SequencePolicy}.
    * @defaultValue 'monotonic', or 'off' when `envelope` is given (another sender's events rarely have sequences)

@@ -1,7 +1,13 @@
 import { randomUUID } from 'node:crypto'
+import type { EventCatalog } from '@outbox/protocol'
 import type { Transaction } from 'kysely'
 import { invalidOption, OutboxError } from './errors.js'
-import { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput, validateEvent } from './event-input.js'
+import {
+  DEFAULT_MAX_PAYLOAD_BYTES,
+  type EnqueueInput,
+  type EnqueueInputOf,
+  validateEvent,
+} from './event-input.js'
 import { notifyChannel, resolveSchema } from './schema-name.js'
 import { type EnqueuedEvent, insertEvent } from './sql/insert-event.js'
 import { insertEvents } from './sql/insert-events.js'
@@ -48,6 +54,45 @@ function resolveEnqueueOptions(options: EnqueueOptions) {
  * fail with 40001 (retry the transaction); enqueueing for two aggregates in opposite orders in two transactions can
  * deadlock — use {@link enqueueMany}, which locks in a fixed order.
  *
+ * This form takes an event catalog (see `EventCatalog` in `@outbox/protocol`): a payload that does not fit its
+ * `eventType`, or an event type the catalog lacks, does not compile.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { enqueue } from '@outbox/producer'
+ * import type { EventCatalog } from '@outbox/protocol'
+ *
+ * interface OrderEvents extends EventCatalog {
+ *   'order.created': { order_id: string; total_cents: number }
+ *   'order.cancelled': { order_id: string; reason: string }
+ * }
+ * declare const db: Kysely<any>
+ * await db.transaction().execute(async (trx) => {
+ *   // payload: { order_id: '42', reason: 'duplicate' } would not compile under 'order.created'
+ *   await enqueue<OrderEvents>(trx, {
+ *     aggregateType: 'order',
+ *     aggregateId: '42',
+ *     eventType: 'order.created',
+ *     payload: { order_id: '42', total_cents: 4200 },
+ *   })
+ * })
+ * ```
+ */
+export function enqueue<Catalog extends EventCatalog>(
+  trx: Transaction<any>,
+  event: EnqueueInputOf<Catalog>,
+  options?: EnqueueOptions,
+): Promise<EnqueuedEvent>
+/**
+ * Writes an event into the outbox inside YOUR transaction, so it commits or rolls back with your business change.
+ *
+ * The event gets the next sequence of its aggregate (`aggregateType` + `aggregateId`); writers of one aggregate
+ * wait for each other until commit, so sequence order is commit order and a rollback leaves no gap. Validation
+ * happens before anything is written. Under REPEATABLE READ or SERIALIZABLE a concurrent writer can make this
+ * fail with 40001 (retry the transaction); enqueueing for two aggregates in opposite orders in two transactions can
+ * deadlock — use {@link enqueueMany}, which locks in a fixed order.
+ *
  * @example
  * ```ts
  * import type { Kysely } from 'kysely'
@@ -59,9 +104,14 @@ function resolveEnqueueOptions(options: EnqueueOptions) {
  * })
  * ```
  */
-export async function enqueue<TPayload>(
+export function enqueue<TPayload = unknown>(
   trx: Transaction<any>,
   event: EnqueueInput<TPayload>,
+  options?: EnqueueOptions,
+): Promise<EnqueuedEvent>
+export async function enqueue(
+  trx: Transaction<any>,
+  event: EnqueueInput,
   options: EnqueueOptions = {},
 ): Promise<EnqueuedEvent> {
   assertTransaction(trx)
@@ -73,6 +123,40 @@ export async function enqueue<TPayload>(
   )
 }
 
+/**
+ * Writes several events in your transaction; returns their ids and sequences in input order.
+ *
+ * Counter rows are locked in sorted key order, so two transactions enqueueing for the same aggregates in opposite
+ * orders never deadlock. Events of one aggregate get consecutive sequences in the order given. All events are
+ * validated before anything is written.
+ *
+ * This form takes an event catalog (see `EventCatalog` in `@outbox/protocol`): each event's payload must fit its
+ * own `eventType`.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { enqueueMany } from '@outbox/producer'
+ * import type { EventCatalog } from '@outbox/protocol'
+ *
+ * interface OrderEvents extends EventCatalog {
+ *   'order.created': { order_id: string; total_cents: number }
+ *   'order.cancelled': { order_id: string; reason: string }
+ * }
+ * declare const db: Kysely<any>
+ * await db.transaction().execute(async (trx) => {
+ *   await enqueueMany<OrderEvents>(trx, [
+ *     { aggregateType: 'order', aggregateId: '42', eventType: 'order.created', payload: { order_id: '42', total_cents: 1 } },
+ *     { aggregateType: 'order', aggregateId: '42', eventType: 'order.cancelled', payload: { order_id: '42', reason: 'test' } },
+ *   ])
+ * })
+ * ```
+ */
+export function enqueueMany<Catalog extends EventCatalog>(
+  trx: Transaction<any>,
+  events: readonly EnqueueInputOf<Catalog>[],
+  options?: EnqueueOptions,
+): Promise<EnqueuedEvent[]>
 /**
  * Writes several events in your transaction; returns their ids and sequences in input order.
  *
@@ -93,9 +177,14 @@ export async function enqueue<TPayload>(
  * })
  * ```
  */
-export async function enqueueMany<TPayload>(
+export function enqueueMany<TPayload = unknown>(
   trx: Transaction<any>,
   events: readonly EnqueueInput<TPayload>[],
+  options?: EnqueueOptions,
+): Promise<EnqueuedEvent[]>
+export async function enqueueMany(
+  trx: Transaction<any>,
+  events: readonly EnqueueInput[],
   options: EnqueueOptions = {},
 ): Promise<EnqueuedEvent[]> {
   assertTransaction(trx)

@@ -1,18 +1,57 @@
-import { MAX_KEY_LENGTH } from '@outbox/protocol'
+import { type EventCatalog, type EventTypeOf, MAX_KEY_LENGTH } from '@outbox/protocol'
 import { OutboxError } from './errors.js'
 import { jsonbTextBytes } from './jsonb-size.js'
 
-/** An event to enqueue. `payload` becomes the webhook's `data`. */
-export interface EnqueueInput<TPayload = unknown> {
+/**
+ * An event to enqueue. `payload` becomes the webhook's `data`. `TType` narrows `eventType`; with a catalog, use
+ * {@link EnqueueInputOf}, which pairs each event type with its payload.
+ *
+ * @example
+ * ```ts
+ * import type { EnqueueInput } from '@outbox/producer'
+ * const placed: EnqueueInput<{ order_id: string }> = {
+ *   aggregateType: 'order',
+ *   aggregateId: '42',
+ *   eventType: 'order.placed',
+ *   payload: { order_id: '42' },
+ * }
+ * ```
+ */
+export interface EnqueueInput<TPayload = unknown, TType extends string = string> {
   /** The aggregate's kind, e.g. `'order'`. With `aggregateId` it keys order: one lane, one sequence. */
   readonly aggregateType: string
   /** The aggregate's id, e.g. `'42'` — a string, so big ids and UUIDs survive unchanged. */
   readonly aggregateId: string
   /** The event's name, e.g. `'order.created'`. */
-  readonly eventType: string
+  readonly eventType: TType
   /** Any JSON-serialisable value. */
   readonly payload: TPayload
 }
+
+/**
+ * An event to enqueue under a catalog: the union, over the catalog's event types, of inputs whose `payload` is
+ * that type's payload — so `{ eventType: 'order.created', payload: <an order.cancelled payload> }` is a compile
+ * error. For `UntypedCatalog` it is `EnqueueInput` of any JSON value.
+ *
+ * @example
+ * ```ts
+ * import type { EnqueueInputOf } from '@outbox/producer'
+ * import type { EventCatalog } from '@outbox/protocol'
+ *
+ * interface OrderEvents extends EventCatalog {
+ *   'order.created': { order_id: string; total_cents: number }
+ *   'order.cancelled': { order_id: string; reason: string }
+ * }
+ * const events: EnqueueInputOf<OrderEvents>[] = [
+ *   { aggregateType: 'order', aggregateId: '42', eventType: 'order.created', payload: { order_id: '42', total_cents: 4200 } },
+ *   { aggregateType: 'order', aggregateId: '42', eventType: 'order.cancelled', payload: { order_id: '42', reason: 'duplicate' } },
+ * ]
+ * ```
+ */
+export type EnqueueInputOf<Catalog extends EventCatalog> =
+  string extends EventTypeOf<Catalog>
+    ? EnqueueInput<Catalog[string & keyof Catalog]>
+    : { [Type in EventTypeOf<Catalog>]: EnqueueInput<Catalog[Type], Type> }[EventTypeOf<Catalog>]
 
 /** An input that passed validation, its payload already serialised. */
 export interface ValidatedEvent {

@@ -9,7 +9,7 @@ export {
 export { type Duration, parseDuration } from './duration.js'
 export { type EnqueuedEvent, type EnqueueOptions, enqueue, enqueueMany } from './enqueue.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
-export { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput } from './event-input.js'
+export { DEFAULT_MAX_PAYLOAD_BYTES, type EnqueueInput, type EnqueueInputOf } from './event-input.js'
 export type { EventRef, RelayEventMap, RelayListener } from './events.js'
 export {
   type CheckIntegrityOptions,

@@ -29,7 +29,8 @@ describe('enqueue accepts only a transaction', () => {
     expect(typeof calls).toBe('function')
     expectTypeOf<Kysely<any>>().not.toMatchTypeOf<Parameters<typeof enqueue>[0]>()
     expectTypeOf<Transaction<any>>().toMatchTypeOf<Parameters<typeof enqueue>[0]>()
-    expectTypeOf(enqueue).returns.resolves.toEqualTypeOf<{
+    // Through ReturnType: enqueue is overloaded (catalog and single payload type), which `.returns` cannot follow.
+    expectTypeOf<Awaited<ReturnType<typeof enqueue>>>().toEqualTypeOf<{
       readonly eventId: string
       readonly sequence: number
     }>()

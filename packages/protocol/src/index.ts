@@ -2,6 +2,7 @@ export type {
   EventCatalog,
   EventOf,
   EventTypeOf,
+  PayloadOf,
   ReceivedEventOf,
   UntypedCatalog,
 } from './catalog.js'

@@ -51,7 +51,13 @@ export function problem(
   extensions: Record<string, unknown> = {},
 ): ProblemDetails {
   const { status, title } = PROBLEMS[code]
-  return { ...extensions, type: `${PROBLEM_TYPE_BASE}${code}`, title, status, code, detail }
+  const standard = { type: `${PROBLEM_TYPE_BASE}${code}`, title, status, code, detail }
+  // Standard members first, so a copy cut short (the relay keeps the first 500 characters as a dead letter's
+  // last error) still says which problem it was; an extension never overrides them.
+  const body: Record<string, unknown> = { ...standard }
+  for (const [name, value] of Object.entries(extensions))
+    if (!Object.hasOwn(standard, name)) body[name] = value
+  return body as ProblemDetails
 }
 
 /** The `status` values in a 2xx answer body of a consumer. */

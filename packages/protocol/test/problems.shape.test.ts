@@ -67,6 +67,12 @@ describe('problem', () => {
     })
   })
 
+  it('writes the standard members first, so a copy cut short still names the problem', () => {
+    const body = problem('invalid_payload', 'the data does not fit', { errors: ['x'.repeat(1000)] })
+    expect(Object.keys(body)).toEqual(['type', 'title', 'status', 'code', 'detail', 'errors'])
+    expect(JSON.stringify(body).slice(0, 200)).toContain('"code":"invalid_payload"')
+  })
+
   it('survives a JSON round trip unchanged', () => {
     const body = problem('invalid_envelope', 'bad', { errors: ['sequence must be a positive integer'] })
     expect(JSON.parse(JSON.stringify(body))).toEqual(body)

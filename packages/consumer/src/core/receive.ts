@@ -3,7 +3,7 @@ import type { Transaction } from 'kysely'
 import { type ApplyOutcome, createApplyEvent, HandlerFailure } from '../apply-event.js'
 import { consoleLogger, safeLog } from '../logger.js'
 import type { ResolvedConsumerOptions } from '../options.js'
-import { validatePayload } from '../payload-schemas.js'
+import { type PayloadCheck, validatePayload } from '../payload-schemas.js'
 import type { ReceiptEventMap, ReceiptRef } from '../receipt-events.js'
 import {
   deliveredResponse,
@@ -313,14 +313,30 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
     }
 
     if (options.schemas !== undefined) {
-      const checked = await validatePayload(options.schemas, event.type, event.data)
+      let checked: PayloadCheck
+      try {
+        checked = await validatePayload(options.schemas, event.type, event.data)
+      } catch (error) {
+        // A schema that throws is the application's bug, not the sender's: answer as a handler failure, so the
+        // sender retries once the schema is fixed.
+        return refuse(
+          refusal('handler_failed', 'the payload schema threw; nothing was recorded, retry later', {
+            ...eventFields(event),
+            cause: error,
+          }),
+        )
+      }
       if (checked.ok) event = { ...event, data: checked.data }
       else {
         return refuse(
-          refusal('invalid_payload', checked.issues.join('; '), {
-            ...eventFields(event),
-            extensions: { errors: checked.issues },
-          }),
+          refusal(
+            'invalid_payload',
+            `the data of this ${JSON.stringify(event.type)} event does not fit its schema: ${checked.issues.join('; ')}`,
+            {
+              ...eventFields(event),
+              extensions: { errors: checked.issues },
+            },
+          ),
         )
       }
     }
