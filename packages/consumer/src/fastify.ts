@@ -9,6 +9,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { internalFailure } from './adapters/node.js'
 import type { Consumer } from './consumer.js'
 import { CORE, type ConsumerCore } from './core/internal.js'
+import { contentTypeProblem } from './core/receive.js'
 import { OutboxError } from './errors.js'
 import type { EnvelopeKind, HandlerEvent, ReceiptHandler } from './handler.js'
 import type { ErrorListener } from './options.js'
@@ -32,13 +33,19 @@ import type { WebhookResponse } from './respond.js'
 export interface OutboxWebhooksOptions<
   DB = any,
   Catalog extends EventCatalog = any,
-  Kind extends EnvelopeKind = EnvelopeKind,
+  Kind extends EnvelopeKind = 'outbox',
 > {
-  /** The consumer from `createConsumer(…)`. */
-  readonly consumer: Consumer<DB, Catalog, Kind>
+  /**
+   * The consumer from `createConsumer(…)`, of any database, catalog or envelope: `app.register` cannot carry its
+   * types to `handler`, which is typed by this interface's own parameters instead.
+   */
+  readonly consumer: Consumer<any, any, any>
   /** The route's path, under the plugin's prefix if registered with one. @defaultValue '/' */
   readonly path?: string
-  /** The application's code for one event; its third argument is the `FastifyRequest`. */
+  /**
+   * The application's code for one event; its third argument is the `FastifyRequest`. The event is typed as the
+   * relay's `OutboxEvent`; for a consumer with its own `envelope`, annotate it as `ReceivedEvent`.
+   */
   readonly handler: ReceiptHandler<HandlerEvent<Catalog, any, Kind>, DB, FastifyRequest>
   /** Called for every refusal with the `FastifyRequest`, after the consumer's own `onError`. */
   readonly onError?: ErrorListener<FastifyRequest>
@@ -80,9 +87,11 @@ function send(reply: FastifyReply, answer: WebhookResponse): FastifyReply {
  * })
  * ```
  */
-export async function outboxWebhooks<DB, Catalog extends EventCatalog, Kind extends EnvelopeKind>(
+export async function outboxWebhooks(
   fastify: FastifyInstance,
-  options: OutboxWebhooksOptions<DB, Catalog, Kind>,
+  // Not generic: `app.register` cannot infer a plugin's type parameters, and a generic plugin left the
+  // handler's arguments implicitly `any` (a type error under `strict`).
+  options: OutboxWebhooksOptions,
 ): Promise<void> {
   const core = (options?.consumer as unknown as { [CORE]?: ConsumerCore } | undefined)?.[CORE]
   if (core === undefined) {
@@ -106,19 +115,27 @@ export async function outboxWebhooks<DB, Catalog extends EventCatalog, Kind exte
   // Leave the body unread: the consumer reads request.raw itself, only once the headers pass.
   fastify.addContentTypeParser('*', (_request, _payload, done) => done(null, undefined))
 
+  const answer = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+    try {
+      const answered = await receive(
+        { method: request.method, headers: request.raw.headers, body: request.raw },
+        { ...receipt, context: request },
+      )
+      return send(reply, answered)
+    } catch (error) {
+      return send(reply, internalFailure(logger, error, 'outboxWebhooks'))
+    }
+  }
+
   fastify.route({
     method: ['POST', 'GET', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
     url: options.path ?? '/',
-    handler: async (request, reply) => {
-      try {
-        const answer = await receive(
-          { method: request.method, headers: request.raw.headers, body: request.raw },
-          { ...receipt, context: request },
-        )
-        return send(reply, answer)
-      } catch (error) {
-        return send(reply, internalFailure(logger, error, 'outboxWebhooks'))
-      }
+    // Fastify answers a content-type header it cannot parse (empty, or no `type/subtype`) with its own 415 before
+    // any handler runs: a content type the consumer refuses anyway is answered here, before Fastify looks at it,
+    // so that refusal too gets the problem document, onError, the receipt event and the closed connection.
+    onRequest: async (request, reply) => {
+      if (contentTypeProblem(request.headers['content-type']) !== undefined) return answer(request, reply)
     },
+    handler: answer,
   })
 }
