@@ -44,6 +44,12 @@ beforeAll(async () => {
     seen.routeReq.push(c.req.raw)
     return hooks(c.req.raw)
   })
+  // A mounting mistake: a middleware (a validator, a logger) read the body before the consumer.
+  app.post('/read-first/hooks', async (c) => {
+    seen.routeReq.push(c.req.raw)
+    await c.req.json()
+    return hooks(c.req.raw)
+  })
   server = await new Promise<Server>((resolve) => {
     const started = serve({ fetch: app.fetch, port: 0, hostname: '127.0.0.1' }, () =>
       resolve(started as Server),
@@ -98,5 +104,16 @@ describe('consumer.fetch mounted in Hono on Node (@hono/node-server)', () => {
     expect(refusals.at(-1)?.code).toBe('invalid_signature')
     expect(seen.errorReq.at(-1)).toBeInstanceOf(Request)
     expect(seen.errorReq.at(-1)).toBe(seen.routeReq.at(-1))
+  })
+
+  it('answers 500 body_already_parsed when a middleware read the body first', async () => {
+    const event = makeEvent({ aggregateId: 'hono-read-first' })
+    const { body, headers } = delivery(event, { secrets: secret })
+    const answer = await post(`${url}/read-first`, body, headers)
+    expect(answer.status).toBe(500)
+    expect(answer.json).toMatchObject({ status: 500, code: 'body_already_parsed' })
+    expect(refusals.at(-1)?.code).toBe('body_already_parsed')
+    expect(seen.errorReq.at(-1)).toBe(seen.routeReq.at(-1))
+    expect(await recorded(t.db, event)).toEqual({ processed: 0, effects: 0, cursor: undefined })
   })
 })

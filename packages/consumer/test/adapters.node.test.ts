@@ -39,6 +39,12 @@ beforeAll(async () => {
   )
   server = createServer((req, res) => {
     seen.serverReq.push(req)
+    if (req.url === '/read-first/hooks') {
+      // A mounting mistake: something (a logging or parsing middleware) read the whole body first.
+      req.resume()
+      req.on('end', () => hooks(req, res))
+      return
+    }
     hooks(req, res)
   })
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
@@ -77,6 +83,17 @@ describe('consumer.node on http.createServer', () => {
     expect(answer.status).toBe(401)
     expect(answer.json).toMatchObject({ status: 401, code: 'invalid_signature' })
     expect(refusals.at(-1)?.code).toBe('invalid_signature')
+    expect(seen.errorReq.at(-1)).toBe(seen.serverReq.at(-1))
+    expect(await recorded(t.db, event)).toEqual({ processed: 0, effects: 0, cursor: undefined })
+  })
+
+  it('answers 500 body_already_parsed, not a hang, when something read the body before it', async () => {
+    const event = makeEvent({ aggregateId: 'node-read-first' })
+    const { body, headers } = delivery(event, { secrets: secret })
+    const answer = await post(`${url}/read-first`, body, headers)
+    expect(answer.status).toBe(500)
+    expect(answer.json).toMatchObject({ status: 500, code: 'body_already_parsed' })
+    expect(refusals.at(-1)?.code).toBe('body_already_parsed')
     expect(seen.errorReq.at(-1)).toBe(seen.serverReq.at(-1))
     expect(await recorded(t.db, event)).toEqual({ processed: 0, effects: 0, cursor: undefined })
   })

@@ -1,6 +1,7 @@
 import { type EventHub, HEADERS, type ReceivedEvent } from '@outbox/protocol'
 import type { Transaction } from 'kysely'
 import { type ApplyOutcome, createApplyEvent, HandlerFailure } from '../apply-event.js'
+import { OutboxError } from '../errors.js'
 import { consoleLogger, safeLog } from '../logger.js'
 import type { ResolvedConsumerOptions } from '../options.js'
 import { validatePayload } from '../payload-schemas.js'
@@ -55,6 +56,10 @@ export interface Receipt<TReq> {
 
 /** The core of every adapter: one request in, one answer out. */
 export type Receive = <TReq>(request: WebhookRequest, receipt: Receipt<TReq>) => Promise<WebhookResponse>
+
+const BODY_CONSUMED =
+  'the request body was already read before the consumer (by a body parser or another middleware); the ' +
+  'signature covers the exact raw bytes, so mount the consumer where nothing reads the body first'
 
 const UNSUPPORTED_ENCODING = 'content-encoding is not supported; send the body uncompressed'
 
@@ -243,6 +248,13 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
       if (read.reason === 'too_large') {
         unread = read.unread
         return tooLarge()
+      }
+      if (read.reason === 'consumed') {
+        return refuse(
+          refusal('body_already_parsed', BODY_CONSUMED, {
+            cause: new OutboxError('ERR_OUTBOX_BODY_ALREADY_PARSED', BODY_CONSUMED),
+          }),
+        )
       }
       safeLog(logger, 'debug', { source }, 'webhook aborted by the client while sending its body')
       return problemResponse(
