@@ -30,20 +30,25 @@ type App = ((req: IncomingMessage, res: ServerResponse) => void) & {
 }
 
 /** Express 5 and Express 4 as an application builds them: a JSON or raw parser may sit in front of the hooks. */
-const EXPRESS: Record<string, { app: () => App; json: () => unknown; raw: () => unknown }> = {
+const EXPRESS: Record<
+  string,
+  { app: () => App; json: () => unknown; raw: () => unknown; urlencoded: () => unknown }
+> = {
   'Express 5': {
     app: () => express() as unknown as App,
     json: () => express.json(),
     raw: () => express.raw({ type: 'application/json' }),
+    urlencoded: () => express.urlencoded({ extended: false }),
   },
   'Express 4': {
     app: () => express4() as unknown as App,
     json: () => express4.json(),
     raw: () => express4.raw({ type: 'application/json' }),
+    urlencoded: () => express4.urlencoded({ extended: false }),
   },
 }
 
-type Parser = 'none' | 'raw' | 'json'
+type Parser = 'none' | 'raw' | 'json' | 'urlencoded'
 
 let closeServer: (() => Promise<void>) | undefined
 afterEach(async () => {
@@ -82,6 +87,7 @@ describe.each(Object.keys(EXPRESS))('consumer.dedupe under %s', (version) => {
     }
     const chain = [remember, ...(parser === 'raw' ? [framework.raw()] : []), dedupe]
     if (parser === 'json') app.use(framework.json())
+    if (parser === 'urlencoded') app.use(framework.urlencoded())
     app.post('/hooks', ...chain)
     const server = createServer(app)
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
@@ -123,6 +129,17 @@ describe.each(Object.keys(EXPRESS))('consumer.dedupe under %s', (version) => {
     expect(answer.json).toEqual({ status: 'applied', eventId: event.eventId })
     expect(await recorded(t.db, event)).toEqual({ processed: 1, effects: 1, cursor: 1 })
     expect(Buffer.isBuffer((seen.handlerReq[0] as { body?: unknown }).body)).toBe(true)
+  })
+
+  it('reads the stream itself behind a parser that skips JSON (app-wide express.urlencoded())', async () => {
+    // Express 4's parsers leave `req.body = {}` on a request they skip: that placeholder is not a parsed body.
+    const { url } = await serve('urlencoded')
+    const event = makeEvent({ aggregateId: `${version}-urlencoded` })
+    const { body, headers } = delivery(event, { secrets: secret })
+    const answer = await post(url, body, headers)
+    expect(answer.status).toBe(200)
+    expect(answer.json).toEqual({ status: 'applied', eventId: event.eventId })
+    expect(await recorded(t.db, event)).toEqual({ processed: 1, effects: 1, cursor: 1 })
   })
 
   it('answers 500 body_already_parsed behind express.json(), records nothing, and says how to mount it', async () => {

@@ -133,7 +133,8 @@ const utf8 = new TextDecoder('utf-8', { fatal: true })
  * 2. transport, on headers alone: JSON content type (415), no compression (415), an announced length within
  *    `maxBodyBytes` (413);
  * 3. the verifier's header check (401) — still before a byte of the body is read;
- * 4. the body, read up to `maxBodyBytes` (413 the moment it passes);
+ * 4. the body, read up to `maxBodyBytes` (413 the moment it passes; 500 `body_already_parsed` when something
+ *    else read it first);
  * 5. the signature over the exact bytes (401); JSON (400); the envelope and, for this project's relay, the
  *    id and sequence headers (400); what the sequence policy needs (400); the payload schema (422);
  * 6. the transaction: record the id (duplicate → `200 duplicate_ignored`), judge and advance the cursor
