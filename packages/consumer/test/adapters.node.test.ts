@@ -1,7 +1,9 @@
 import { createServer, IncomingMessage, type Server } from 'node:http'
+import { connect } from 'node:net'
 import { useTestDatabase } from '@outbox/test-harness'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer, type Refusal } from '../src/index.js'
+import { requestHead } from './servers.js'
 import {
   createEffects,
   delivery,
@@ -96,5 +98,29 @@ describe('consumer.node on http.createServer', () => {
     expect(refusals.at(-1)?.code).toBe('body_already_parsed')
     expect(seen.errorReq.at(-1)).toBe(seen.serverReq.at(-1))
     expect(await recorded(t.db, event)).toEqual({ processed: 0, effects: 0, cursor: undefined })
+  })
+
+  it('settles a request whose client left before the consumer read it, instead of waiting forever', async () => {
+    let settle = () => {}
+    const settled = new Promise<void>((resolve) => {
+      settle = resolve
+    })
+    const logger = {
+      ...quiet,
+      debug: (_meta: unknown, message: string) => message.includes('aborted') && settle(),
+    }
+    const hooks = createConsumer({ db: t.db, secret, logger }).node(async () => {})
+    // A slow middleware in front: the consumer only gets the request once its client is gone.
+    const late = createServer((req, res) => req.once('close', () => hooks(req, res)))
+    await new Promise<void>((resolve) => late.listen(0, '127.0.0.1', resolve))
+    const { port } = late.address() as { port: number }
+    const { body, headers } = delivery(makeEvent(), { secrets: secret })
+    const socket = connect({ port, host: '127.0.0.1' })
+    socket.write(requestHead({ ...headers, 'content-length': String(body.length) }))
+    socket.end(body.slice(0, 10), () => socket.destroy())
+    // Resolved by the consumer's "aborted by the client" log line; a consumer still waiting never gets there.
+    await settled
+    late.closeAllConnections()
+    await new Promise<void>((resolve) => late.close(() => resolve()))
   })
 })

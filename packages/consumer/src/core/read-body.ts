@@ -53,6 +53,8 @@ function readNodeStream(stream: Readable, limitBytes: number): Promise<ReadBodyR
   // Read from before, or ended: its 'end' would never come again, and waiting for it would hang the request.
   if (stream.readableDidRead || stream.readableEnded)
     return Promise.resolve({ ok: false, reason: 'consumed' })
+  // Destroyed before a byte was read (the client left while a middleware in front was busy): no event will come.
+  if (stream.destroyed) return Promise.resolve({ ok: false, reason: 'aborted', error: stream.errored })
   return new Promise((resolve) => {
     const chunks: Uint8Array[] = []
     let received = 0
