@@ -109,7 +109,10 @@ export interface RawExchange {
   readonly response: string
   /** The status code of the first response line. */
   readonly status: number
-  /** How the connection ended: the server's FIN ('end'), or a reset. */
+  /**
+   * How the server ended the connection: its FIN ('end'), or a reset when the kernel still held bytes the server
+   * had not read as it closed. Either way the server closed it; the client never sent the rest.
+   */
   readonly ended: 'end' | 'reset'
 }
 
