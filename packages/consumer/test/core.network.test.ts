@@ -1,4 +1,4 @@
-import { request as httpRequest } from 'node:http'
+import { Agent, request as httpRequest } from 'node:http'
 import { useTestDatabase } from '@outbox/test-harness'
 import { afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer, type Refusal } from '../src/index.js'
@@ -26,6 +26,9 @@ let running: Running | undefined
 afterEach(async () => {
   await running?.close()
   running = undefined
+  // Each test starts from empty tables, so "nothing recorded" is a count of zero.
+  for (const table of ['processed_events', 'consumer_cursors', 'effects'])
+    await t.db.deleteFrom(table).execute()
 })
 
 async function start(adapter: AdapterName) {
@@ -78,6 +81,36 @@ describe.each(ADAPTERS)('the core behind the %s adapter, on the network', (adapt
     expect(refusals.map((refused) => refused.code)).toEqual(['method_not_allowed'])
     expect(calls()).toBe(0)
     await expectNothingRecorded()
+  })
+
+  it('keeps the connection open after a delivery it read in full: the next one reuses it', async () => {
+    const { server, calls } = await start(adapter)
+    const agent = new Agent({ keepAlive: true, maxSockets: 1 })
+    try {
+      const reused: boolean[] = []
+      for (const sequence of [1, 2]) {
+        const event = makeEvent({ aggregateId: `${adapter}-keep-alive`, sequence })
+        const { body, headers } = delivery(event, { secrets: secret })
+        const answer = await new Promise<{ status: number; connection: string | undefined }>(
+          (resolve, reject) => {
+            const req = httpRequest(`${server.url}/hooks`, { method: 'POST', headers, agent }, (res) => {
+              res.resume()
+              res.on('end', () =>
+                resolve({ status: res.statusCode ?? 0, connection: res.headers.connection }),
+              )
+            })
+            req.on('error', reject)
+            req.end(body, () => reused.push(req.reusedSocket))
+          },
+        )
+        expect(answer.status).toBe(200)
+        expect(answer.connection).not.toBe('close')
+      }
+      expect(reused).toEqual([false, true])
+      expect(calls()).toBe(2)
+    } finally {
+      agent.destroy()
+    }
   })
 
   it('answers an empty or malformed content type with its own 415 problem document', async () => {
