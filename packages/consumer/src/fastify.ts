@@ -9,6 +9,7 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { internalFailure } from './adapters/node.js'
 import type { Consumer } from './consumer.js'
 import { CORE, type ConsumerCore } from './core/internal.js'
+import { contentTypeProblem } from './core/receive.js'
 import { OutboxError } from './errors.js'
 import type { EnvelopeKind, HandlerEvent, ReceiptHandler } from './handler.js'
 import type { ErrorListener } from './options.js'
@@ -32,10 +33,13 @@ import type { WebhookResponse } from './respond.js'
 export interface OutboxWebhooksOptions<
   DB = any,
   Catalog extends EventCatalog = any,
-  Kind extends EnvelopeKind = EnvelopeKind,
+  Kind extends EnvelopeKind = 'outbox',
 > {
-  /** The consumer from `createConsumer(…)`. */
-  readonly consumer: Consumer<DB, Catalog, Kind>
+  /**
+   * The consumer from `createConsumer(…)`, of any database, catalog or envelope: `app.register` cannot carry its
+   * types to `handler`, which is typed by this interface's own parameters instead.
+   */
+  readonly consumer: Consumer<any, any, any>
   /** The route's path, under the plugin's prefix if registered with one. @defaultValue '/' */
   readonly path?: string
   /** The application's code for one event; its third argument is the `FastifyRequest`. */
@@ -89,8 +93,9 @@ export function outboxWebhooks<DB, Catalog extends EventCatalog, Kind extends En
   options: OutboxWebhooksOptions<DB, Catalog, Kind>,
 ): Promise<void>
 // Last on purpose: `app.register(outboxWebhooks, { … })` infers its options from a plugin's last signature, and a
-// generic one leaves the handler's parameters untyped (implicit any). This one types them as any consumer's
-// events; for a catalog's narrowing, register `outboxWebhooks<DB, Catalog, 'outbox'>`.
+// generic one leaves the handler's parameters untyped (implicit any). This one types the event as the relay's
+// `OutboxEvent` (annotate `ReceivedEvent` for a consumer with its own `envelope`); for a catalog's narrowing,
+// register `outboxWebhooks<DB, Catalog, 'outbox'>`.
 export function outboxWebhooks(fastify: FastifyInstance, options: OutboxWebhooksOptions): Promise<void>
 export async function outboxWebhooks(
   fastify: FastifyInstance,
@@ -118,19 +123,27 @@ export async function outboxWebhooks(
   // Leave the body unread: the consumer reads request.raw itself, only once the headers pass.
   fastify.addContentTypeParser('*', (_request, _payload, done) => done(null, undefined))
 
+  const answer = async (request: FastifyRequest, reply: FastifyReply): Promise<FastifyReply> => {
+    try {
+      const answered = await receive(
+        { method: request.method, headers: request.raw.headers, body: request.raw },
+        { ...receipt, context: request },
+      )
+      return send(reply, answered)
+    } catch (error) {
+      return send(reply, internalFailure(logger, error, 'outboxWebhooks'))
+    }
+  }
+
   fastify.route({
     method: ['POST', 'GET', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
     url: options.path ?? '/',
-    handler: async (request, reply) => {
-      try {
-        const answer = await receive(
-          { method: request.method, headers: request.raw.headers, body: request.raw },
-          { ...receipt, context: request },
-        )
-        return send(reply, answer)
-      } catch (error) {
-        return send(reply, internalFailure(logger, error, 'outboxWebhooks'))
-      }
+    // Fastify answers a content-type header it cannot parse (empty, or no `type/subtype`) with its own 415 before
+    // any handler runs: a content type the consumer refuses anyway is answered here, before Fastify looks at it,
+    // so that refusal too gets the problem document, onError, the receipt event and the closed connection.
+    onRequest: async (request, reply) => {
+      if (contentTypeProblem(request.headers['content-type']) !== undefined) return answer(request, reply)
     },
+    handler: answer,
   })
 }

@@ -117,7 +117,7 @@ describe('createConsumer<DB, Catalog>: event.data narrows by event.type', () => 
       consumer: createConsumer({ db, allowUnsigned }),
       path: '/untyped',
       handler: async (event, trx) => {
-        expectTypeOf(event).toEqualTypeOf<OutboxEvent<any> | ReceivedEvent<any>>()
+        expectTypeOf(event).toEqualTypeOf<OutboxEvent<any>>()
         expectTypeOf(trx).toEqualTypeOf<Transaction<any>>()
       },
     })

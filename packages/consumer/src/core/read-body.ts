@@ -17,12 +17,14 @@ export type BodySource = Uint8Array | AsyncIterable<Uint8Array | string> | Reada
 
 /**
  * The outcome of {@link readBody}. `unread` tells whether part of the body was left unread (the caller must then
- * close the connection: the client may still be sending).
+ * close the connection: the client may still be sending). `consumed`: something else read the source before
+ * (a body parser or middleware), so the exact bytes are gone.
  */
 export type ReadBodyResult =
   | { readonly ok: true; readonly body: Uint8Array }
   | { readonly ok: false; readonly reason: 'too_large'; readonly unread: boolean }
   | { readonly ok: false; readonly reason: 'aborted'; readonly error?: unknown }
+  | { readonly ok: false; readonly reason: 'consumed' }
 
 const EMPTY = new Uint8Array(0)
 const encoder = new TextEncoder()
@@ -48,6 +50,11 @@ function concat(chunks: readonly Uint8Array[], length: number): Uint8Array {
  * a client cannot keep uploading into a refused request.
  */
 function readNodeStream(stream: Readable, limitBytes: number): Promise<ReadBodyResult> {
+  // Read from before, or ended: its 'end' would never come again, and waiting for it would hang the request.
+  if (stream.readableDidRead || stream.readableEnded)
+    return Promise.resolve({ ok: false, reason: 'consumed' })
+  // Destroyed before a byte was read (the client left while a middleware in front was busy): no event will come.
+  if (stream.destroyed) return Promise.resolve({ ok: false, reason: 'aborted', error: stream.errored })
   return new Promise((resolve) => {
     const chunks: Uint8Array[] = []
     let received = 0
@@ -92,6 +99,8 @@ async function readWebStream(
   stream: ReadableStream<Uint8Array>,
   limitBytes: number,
 ): Promise<ReadBodyResult> {
+  // A stream another reader holds (a body read with request.json()) cannot be read again.
+  if (stream.locked) return { ok: false, reason: 'consumed' }
   const reader = stream.getReader()
   const chunks: Uint8Array[] = []
   let received = 0
@@ -139,8 +148,8 @@ async function readIterable(
 
 /**
  * Reads a {@link BodySource} into one `Uint8Array`, refusing it as soon as it passes `limitBytes`: a huge or
- * endless body is never held in memory. A client that disconnects or a stream that errors resolves as `aborted`.
- * Never throws.
+ * endless body is never held in memory. A client that disconnects or a stream that errors resolves as `aborted`,
+ * a source something else read before as `consumed`. Never throws.
  */
 export function readBody(source: BodySource | null | undefined, limitBytes: number): Promise<ReadBodyResult> {
   if (source === null || source === undefined) return Promise.resolve({ ok: true, body: EMPTY })

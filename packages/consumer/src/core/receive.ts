@@ -1,6 +1,7 @@
 import { type EventHub, HEADERS, type ReceivedEvent } from '@outbox/protocol'
 import type { Transaction } from 'kysely'
 import { type ApplyOutcome, createApplyEvent, HandlerFailure } from '../apply-event.js'
+import { OutboxError } from '../errors.js'
 import { consoleLogger, safeLog } from '../logger.js'
 import type { ResolvedConsumerOptions } from '../options.js'
 import { type PayloadCheck, validatePayload } from '../payload-schemas.js'
@@ -55,6 +56,10 @@ export interface Receipt<TReq> {
 
 /** The core of every adapter: one request in, one answer out. */
 export type Receive = <TReq>(request: WebhookRequest, receipt: Receipt<TReq>) => Promise<WebhookResponse>
+
+const BODY_CONSUMED =
+  'the request body was already read before the consumer (by a body parser or another middleware); the ' +
+  'signature covers the exact raw bytes, so mount the consumer where nothing reads the body first'
 
 const UNSUPPORTED_ENCODING = 'content-encoding is not supported; send the body uncompressed'
 
@@ -128,7 +133,8 @@ const utf8 = new TextDecoder('utf-8', { fatal: true })
  * 2. transport, on headers alone: JSON content type (415), no compression (415), an announced length within
  *    `maxBodyBytes` (413);
  * 3. the verifier's header check (401) — still before a byte of the body is read;
- * 4. the body, read up to `maxBodyBytes` (413 the moment it passes);
+ * 4. the body, read up to `maxBodyBytes` (413 the moment it passes; 500 `body_already_parsed` when something
+ *    else read it first);
  * 5. the signature over the exact bytes (401); JSON (400); the envelope and, for this project's relay, the
  *    id and sequence headers (400); what the sequence policy needs (400); the payload schema (422);
  * 6. the transaction: record the id (duplicate → `200 duplicate_ignored`), judge and advance the cursor
@@ -248,6 +254,13 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
       if (read.reason === 'too_large') {
         unread = read.unread
         return tooLarge()
+      }
+      if (read.reason === 'consumed') {
+        return refuse(
+          refusal('body_already_parsed', BODY_CONSUMED, {
+            cause: new OutboxError('ERR_OUTBOX_BODY_ALREADY_PARSED', BODY_CONSUMED),
+          }),
+        )
       }
       safeLog(logger, 'debug', { source }, 'webhook aborted by the client while sending its body')
       return problemResponse(
