@@ -19,11 +19,12 @@ const body = serializeEnvelope(event) // the exact bytes to sign and send, field
 // #endregion envelope
 
 // #region signatures
-import { parseSigningSecrets, signWebhook, verifyWebhook } from '@outbox/protocol'
+import { checkSignatureHeaders, parseSigningSecrets, signWebhook, verifyWebhook } from '@outbox/protocol'
 
-const keys = parseSigningSecrets([process.env.NEW_SECRET!, process.env.OLD_SECRET!]) // 'whsec_' + base64
+const keys = parseSigningSecrets([process.env.NEW_SECRET!, process.env.OLD_SECRET!]) // 'whsec_' + ≥ 24 bytes base64
 const headers = signWebhook(keys, { eventId: event.eventId, body }) // one v1 signature per key
 
+const early = checkSignatureHeaders(req.headers) // before reading the body: a reason to refuse, or undefined
 const check = verifyWebhook(keys, req.headers, rawBody) // { ok: true } or { ok: false, reason }
 // #endregion signatures
-console.log(headers, check)
+console.log(headers, early, check)

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto'
 import { parseSigningSecrets, signWebhook, type WireEnvelope } from '@outbox/protocol'
 import { useTestDatabase } from '@outbox/test-harness'
 import fc from 'fast-check'
-import { Webhook } from 'standardwebhooks'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer, type DedupeHandler } from '../src/index.js'
 import {
@@ -197,18 +196,15 @@ const invalidAttempt: fc.Arbitrary<Attempt> = fc.oneof(
 )
 
 /**
- * Signs the exact random bytes with the consumer's secret (via standardwebhooks), so only the content is wrong.
- * The id signed is the one the consumer will read: HTTP strips a header value's leading and trailing whitespace, so
- * an event id of " " arrives as an empty webhook-id, and a signature over " " would rightly be a 401.
+ * Signs the exact random bytes with the consumer's secret, so only the content is wrong. Not through the
+ * standardwebhooks package: it signs a Buffer as its UTF-8 decoding, so its signature over bytes that are not UTF-8
+ * covers other bytes than those sent, and the consumer rightly answers 401. The id signed is the one the consumer
+ * will read: HTTP strips a header value's leading and trailing whitespace, so an event id of " " arrives as an
+ * empty webhook-id, and a signature over " " would rightly be a 401.
  */
 function signAttempt(attempt: Attempt): Attempt {
   const id = attempt.headers['x-idempotency-key']?.trim() || randomUUID()
-  const at = new Date()
-  const signature = {
-    'webhook-id': id,
-    'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
-    'webhook-signature': new Webhook(secret).sign(id, at, attempt.body),
-  }
+  const signature = signWebhook(keys, { eventId: id, body: attempt.body })
   return { ...attempt, headers: { ...attempt.headers, ...signature } }
 }
 

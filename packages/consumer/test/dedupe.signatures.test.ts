@@ -1,3 +1,5 @@
+import { createServer, request as httpRequest, type RequestListener } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { useTestDatabase } from '@outbox/test-harness'
 import { Webhook } from 'standardwebhooks'
 import request from 'supertest'
@@ -8,6 +10,7 @@ import {
   countRows,
   createEffects,
   delivery,
+  listen,
   makeEvent,
   newSecret,
   quiet,
@@ -201,6 +204,117 @@ describe('dedupe with a signing secret', () => {
       await t.db.deleteFrom('processed_events').execute()
       await t.db.deleteFrom('consumer_cursors').execute()
       await t.db.deleteFrom('effects').execute()
+    })
+  })
+})
+
+/** Listens with a plain `node:http` server on a free loopback port. */
+async function serve(listener: RequestListener): Promise<{ url: string; close: () => Promise<void> }> {
+  const server = createServer(listener)
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as AddressInfo
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.closeAllConnections()
+        server.close((error) => (error ? reject(error) : resolve()))
+      }),
+  }
+}
+
+/** One POST on its own connection; an array header value goes on the wire as one header line per entry. */
+function postRepeated(
+  url: string,
+  body: string,
+  headers: Record<string, string | string[]>,
+): Promise<{ status: number; json: any }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(`${url}/hooks`, { method: 'POST', headers, agent: false }, (res) => {
+      const chunks: Buffer[] = []
+      res.on('data', (chunk: Buffer) => chunks.push(chunk))
+      res.on('end', () =>
+        resolve({ status: res.statusCode ?? 0, json: JSON.parse(Buffer.concat(chunks).toString('utf8')) }),
+      )
+      res.on('error', reject)
+    })
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+describe('webhook-signature sent twice, over real HTTP', () => {
+  /** Signatures of one attempt: by the consumer's secret, and by two secrets it does not know. */
+  function attempt(aggregateId: string) {
+    const event = makeEvent({ aggregateId })
+    const signed = delivery(event, { secrets: secret })
+    const good = signed.headers['webhook-signature']!
+    const [wrong, alsoWrong] = [newSecret(), newSecret()].map(
+      (other) =>
+        signWithStandardWebhooks(
+          other,
+          event.eventId,
+          signed.body,
+          new Date(Number(signed.headers['webhook-timestamp']) * 1000),
+        )['webhook-signature'],
+    )
+    return { event, body: signed.body, headers: signed.headers, good, wrong: wrong!, alsoWrong: alsoWrong! }
+  }
+
+  /** Runs `send` against `consumer.node` and Express `dedupe`, each on its own loopback server. */
+  async function eachServer(
+    run: (url: string, name: string, signatureLines: () => number[]) => Promise<void>,
+  ): Promise<void> {
+    const consumer = createConsumer({ db: t.db, secret, logger: quiet })
+    const lines: number[] = []
+    const node = consumer.node(async (event, trx) => writeEffect(trx, event))
+    const servers = [
+      {
+        name: 'node',
+        started: await serve((req, res) => {
+          // What arrived on the wire: one raw header line per signature header sent.
+          lines.push(
+            req.rawHeaders.filter((name, i) => i % 2 === 0 && /^webhook-signature$/i.test(name)).length,
+          )
+          node(req, res)
+        }),
+      },
+      {
+        name: 'express',
+        started: await listen(appWith(consumer.dedupe(async (event, trx) => writeEffect(trx, event)))),
+      },
+    ]
+    try {
+      for (const { name, started } of servers) await run(started.url, name, () => lines)
+    } finally {
+      for (const { started } of servers) await started.close()
+    }
+  }
+
+  it('applies the event when either of two signature headers matches, in either order', async () => {
+    await eachServer(async (url, name, signatureLines) => {
+      for (const order of ['good-first', 'good-last'] as const) {
+        const { event, body, headers, good, wrong } = attempt(`twice-${name}-${order}`)
+        const answer = await postRepeated(url, body, {
+          ...headers,
+          'webhook-signature': order === 'good-first' ? [good, wrong] : [wrong, good],
+        })
+        expect(answer.status, JSON.stringify(answer.json)).toBe(200)
+        expect(answer.json.status).toBe('applied')
+        expect(await recorded(t.db, event)).toEqual({ processed: 1, effects: 1, cursor: 1 })
+      }
+      if (name === 'node') expect(signatureLines()).toEqual([2, 2])
+    })
+  })
+
+  it('refuses 401 invalid_signature when neither of two signature headers matches', async () => {
+    await eachServer(async (url, name) => {
+      const { body, headers, wrong, alsoWrong } = attempt(`twice-forged-${name}`)
+      const before = await countRows(t.db, 'processed_events')
+      const answer = await postRepeated(url, body, { ...headers, 'webhook-signature': [wrong, alsoWrong] })
+      expect(answer.status).toBe(401)
+      expect(answer.json).toMatchObject({ status: 401, code: 'invalid_signature' })
+      expect(await countRows(t.db, 'processed_events')).toBe(before)
     })
   })
 })

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import type { OutboxEvent } from '@outbox/protocol'
 import { useTestDatabase } from '@outbox/test-harness'
 import type { Transaction } from 'kysely'
@@ -43,6 +44,18 @@ describe('createConsumer checks its options once, with messages that say what to
     }
     const rotation = refusal({ db: t.db, secret: [newSecret(), 'nope'], logger: quiet })
     expect(rotation.message).toMatch(/#2/)
+  })
+
+  it('refuses a secret shorter than the Standard Webhooks minimum of 24 bytes, saying how to make one', () => {
+    const short = `whsec_${randomBytes(23).toString('base64')}`
+    const error = refusal({ db: t.db, secret: short, logger: quiet })
+    expect(error.code).toBe('ERR_OUTBOX_INVALID_SECRET')
+    expect(error.message).toBe(
+      'createConsumer: signing secret is 23 bytes long; Standard Webhooks secrets need at least 24 random bytes: generate one with: echo "whsec_$(openssl rand -base64 32)"',
+    )
+    expect(refusal({ db: t.db, secret: [newSecret(), short], logger: quiet }).message).toMatch(
+      /signing secret #2 is 23 bytes long/,
+    )
   })
 
   it('refuses unknown options, so a typo cannot silently turn signature checks off', () => {

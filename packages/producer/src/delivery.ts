@@ -37,6 +37,8 @@ const MAX_ERROR_BODY = 500
 export class WebhookSender {
   readonly #agent: Agent
   readonly #keys: readonly SigningKey[]
+  /** Called at the first request sent without a signature; undefined once called (or when signing). */
+  #onUnsigned: (() => void) | undefined
   readonly #timeoutMs: number
   /** The agent, timeout, clock and tracker every request shares, built once. */
   readonly #transport: WebhookTransport
@@ -51,8 +53,11 @@ export class WebhookSender {
     timeoutMs: number
     connections: number
     clock: Clock
+    /** Told once, at the first request that goes out unsigned (no keys), so the relay can warn. */
+    onUnsigned?: () => void
   }) {
     this.#keys = options.keys
+    this.#onUnsigned = options.keys.length === 0 ? options.onUnsigned : undefined
     this.#timeoutMs = options.timeoutMs
     this.#agent = new Agent({ connections: options.connections, keepAliveTimeout: 30_000, pipelining: 1 })
     this.#transport = {
@@ -76,6 +81,15 @@ export class WebhookSender {
     }
     if (this.#keys.length > 0)
       Object.assign(headers, signWebhook(this.#keys, { eventId: event.eventId, body }))
+    else if (this.#onUnsigned !== undefined) {
+      const warn = this.#onUnsigned
+      this.#onUnsigned = undefined
+      try {
+        warn()
+      } catch {
+        // A logger that throws must not turn into a failed delivery: send() never throws.
+      }
+    }
     if (abort?.aborted) return { kind: 'aborted' }
     if (abort) this.#watch(abort)
     const response = await postWebhook(this.#transport, this.#parse(url), headers, body)

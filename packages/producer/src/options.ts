@@ -25,7 +25,11 @@ export interface RelayOptions {
   readonly db: Kysely<any>
   /** The subscriber's URL, or a function of the event returning it. */
   readonly endpoint: Endpoint
-  /** Standard Webhooks secret(s) `whsec_…`; with several, every request carries one signature per secret (rotation). */
+  /**
+   * Standard Webhooks secret(s) `whsec_…` of at least 24 bytes; with several, every request carries one signature
+   * per secret (rotation). Without one, requests go out unsigned and the relay warns once, at the first.
+   * @defaultValue none: unsigned
+   */
   readonly secret?: string | readonly string[]
   /** @deprecated Use {@link RelayOptions.secret} (the consumer's and Standard Webhooks' word). */
   readonly signingSecret?: string | readonly string[]

@@ -11,6 +11,7 @@ import { notifyChannel } from './schema-name.js'
 import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
 import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
+import { UNSIGNED_WARNING } from './unsigned-warning.js'
 
 /** What one {@link Relay.runOnce} did. */
 export interface RunOnceResult {
@@ -141,6 +142,7 @@ export class Relay {
       timeoutMs: this.#options.requestTimeoutMs,
       connections: this.#options.concurrency,
       clock: this.#runtime.clock,
+      onUnsigned: () => this.#options.logger.warn({ signed: false }, UNSIGNED_WARNING),
     })
     this.#marks = new MarkBuffer({
       write: async (marks, releases) => {

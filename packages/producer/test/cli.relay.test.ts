@@ -42,6 +42,9 @@ function secret(): string {
   return `whsec_${randomBytes(24).toString('base64')}`
 }
 
+/** Valid base64, but below the Standard Webhooks minimum of 24 bytes. */
+const SHORT_SECRET = `whsec_${randomBytes(16).toString('base64')}`
+
 async function started(relay: CliProcess): Promise<void> {
   await relay.waitFor(
     () => / relay started /.test(relay.stdout()) || /"msg":"relay started"/.test(relay.stdout()),
@@ -137,6 +140,7 @@ describe.concurrent('outbox relay', () => {
       /^\S+Z INFO {2}SIGTERM received: stopping \(finishing in-flight requests, releasing claims\) stopTimeoutMs=10000$/,
     )
     expect(lines.at(-1)).toMatch(/^\S+Z INFO {2}relay stopped lanes=\d+ aborted=0 unflushed=0$/)
+    expect(result.stdout).not.toContain('UNSIGNED')
     // Neither the secrets nor the endpoint's query string (which may hold a token) are ever printed.
     for (const text of [a, b, a.slice(6), b.slice(6), 'abc123']) {
       expect(result.stdout).not.toContain(text)
@@ -178,7 +182,7 @@ describe.concurrent('outbox relay', () => {
         '--log-level',
         'warn',
       ],
-      cliEnv({ DATABASE_URL: t.url, OUTBOX_SECRET: 'whsec_bm90LXVzZWQ=' }),
+      cliEnv({ DATABASE_URL: t.url, OUTBOX_SECRET: secret() }),
       { onTestFinished },
     )
     await relay.waitFor(() => relay.stdout().includes('"event":"lane:blocked"'), 'the blocked lane')
@@ -327,6 +331,43 @@ describe.concurrent('outbox relay', () => {
     expect(result.stderr).toBe('')
   })
 
+  it('warns once that it sends unsigned, with or without --verbose, and never when it signs', async ({
+    onTestFinished,
+  }) => {
+    const hooks = await sink(onTestFinished)
+    const schema = await freshSchema('relay_unsigned')
+    await seedEvents(t.db, ['u1', 'u2'], 2, { schema })
+    const run = (flags: readonly string[]) =>
+      startCli(
+        ['relay', '--endpoint', hooks.url, '--schema', schema, '--poll-interval-ms', '20', ...flags],
+        cliEnv({ DATABASE_URL: t.url }),
+        { onTestFinished },
+      )
+    const warning =
+      /^\S+Z WARN {2}sending webhooks UNSIGNED: no signing secret is set, so the subscriber cannot tell these requests from forged ones; .*OUTBOX_SECRET.* echo "whsec_\$\(openssl rand -base64 32\)" signed=false$/
+    // Without --verbose the relay's own diagnostics are silenced: the CLI says this one itself.
+    const quiet = run([])
+    await started(quiet)
+    await waitFor(() => hooks.requests.length === 4, 'the four events')
+    const quietResult = await quiet.stop('SIGTERM')
+    expect(quietResult, quietResult.stderr).toMatchObject({ code: 0, stderr: '' })
+    expect(quietResult.stdout.split('\n').filter((line) => line.includes('UNSIGNED'))).toEqual([
+      expect.stringMatching(warning),
+    ])
+    expect(hooks.requests.every((request) => request.headers['webhook-signature'] === undefined)).toBe(true)
+
+    // With --verbose the relay's own warning shows (at its first unsigned request), and only once.
+    await seedEvents(t.db, ['u3', 'u4'], 2, { schema })
+    const verbose = run(['--verbose'])
+    await started(verbose)
+    await waitFor(() => hooks.requests.length === 8, 'four more events')
+    const verboseResult = await verbose.stop('SIGTERM')
+    expect(verboseResult, verboseResult.stderr).toMatchObject({ code: 0, stderr: '' })
+    expect(verboseResult.stdout.split('\n').filter((line) => line.includes('UNSIGNED'))).toEqual([
+      expect.stringMatching(warning),
+    ])
+  })
+
   it('--listen wakes on NOTIFY long before the next poll, and stops on SIGINT', async ({
     onTestFinished,
   }) => {
@@ -407,6 +448,10 @@ describe.concurrent('outbox relay', () => {
       ],
       [[...endpoint, '--secret', 'plain-s3cret'], /^outbox: signing secret must start with "whsec_"/],
       [
+        [...endpoint, '--secret', SHORT_SECRET],
+        /^outbox: signing secret is 16 bytes long; Standard Webhooks secrets need at least 24 random bytes: generate one with: echo "whsec_\$\(openssl rand -base64 32\)"$/,
+      ],
+      [
         [...endpoint, '--lease-ms', '5000'],
         /--request-timeout-ms \(10000\) \+ a 250 ms margin must be below --lease-ms \(5000\)/,
       ],
@@ -425,6 +470,7 @@ describe.concurrent('outbox relay', () => {
       const line = expectFailure(result, 2, cases[index]![1])
       expect(line).not.toContain('plain-s3cret')
       expect(line).not.toContain('not base64!')
+      expect(line).not.toContain(SHORT_SECRET.slice(6))
     })
     const fromEnv = await runCli(
       ['relay'],

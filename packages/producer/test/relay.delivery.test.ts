@@ -3,7 +3,7 @@ import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { Webhook } from 'standardwebhooks'
 import { afterEach, describe, expect, it } from 'vitest'
 import { enqueue, enqueueMany, Relay, silentLogger, stats } from '../src/index.js'
-import { expectLanesLive, waitFor } from './support.js'
+import { expectLanesLive, seedEvents, waitFor } from './support.js'
 
 const t = useTestDatabase()
 
@@ -63,6 +63,48 @@ describe('relay delivery', () => {
     }
   })
 
+  it('warns once through its logger, at its first request, when it sends unsigned; never when it signs', async () => {
+    const sink = await startSink()
+    try {
+      const warnings = (secret?: string) => {
+        const lines: { fields: Record<string, unknown>; message: string }[] = []
+        const logger = {
+          ...silentLogger,
+          warn: (fields: Record<string, unknown>, message: string) => lines.push({ fields, message }),
+        }
+        const relay = new Relay({ db: t.db, endpoint: sink.url, logger, ...(secret ? { secret } : {}) })
+        return { relay, lines }
+      }
+      const unsigned = warnings()
+      // Nothing sent yet: nothing to warn about.
+      expect(await unsigned.relay.runOnce()).toEqual({ delivered: 0, failed: 0, dead: 0 })
+      expect(unsigned.lines).toEqual([])
+      for (const round of [1, 2]) {
+        await seedEvents(t.db, [`unsigned-${round}-a`, `unsigned-${round}-b`], 1)
+        expect(await unsigned.relay.runOnce()).toEqual({ delivered: 2, failed: 0, dead: 0 })
+      }
+      expect(sink.requests.map((request) => request.headers[HEADERS.webhookSignature])).toEqual(
+        Array(4).fill(undefined),
+      )
+      expect(unsigned.lines).toEqual([
+        {
+          fields: { signed: false },
+          message: expect.stringMatching(
+            /^sending webhooks UNSIGNED: no signing secret is set, so the subscriber cannot tell these requests from forged ones; give the relay a secret/,
+          ),
+        },
+      ])
+
+      const signed = warnings('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw')
+      await seedEvents(t.db, ['signed-a'], 1)
+      expect(await signed.relay.runOnce()).toEqual({ delivered: 1, failed: 0, dead: 0 })
+      expect(sink.requests.at(-1)!.headers[HEADERS.webhookSignature]).toMatch(/^v1,/)
+      expect(signed.lines).toEqual([])
+    } finally {
+      await sink.close()
+    }
+  })
+
   it('signs with every secret so both verify with the public standardwebhooks package', async () => {
     const secrets = [
       'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
@@ -92,7 +134,7 @@ describe('relay delivery', () => {
       for (const secret of secrets)
         expect(new Webhook(secret).verify(request.body, headers)).toEqual(request.json)
       expect(() =>
-        new Webhook(`whsec_${Buffer.from('not-the-secret').toString('base64')}`).verify(
+        new Webhook(`whsec_${Buffer.from('not-the-secret-of-24-bytes').toString('base64')}`).verify(
           request.body,
           headers,
         ),

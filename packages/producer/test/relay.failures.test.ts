@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { afterEach, describe, expect, it } from 'vitest'
@@ -158,6 +159,18 @@ describe('relay failure handling', () => {
     expect(() => new Relay({ db: t.db, endpoint: 'ftp://x/hooks' })).toThrow(/http or https/)
     expect(() => new Relay({ db: t.db, endpoint: 'not a url' })).toThrow(/not a valid URL/)
     expect(() => new Relay({ db: t.db, endpoint: 'http://x/h', secret: 'secret' })).toThrow(/whsec_/)
+    const short = `whsec_${Buffer.from('only-20-bytes-secret').toString('base64')}`
+    expect(() => new Relay({ db: t.db, endpoint: 'http://x/h', secret: short })).toThrow(
+      /signing secret is 20 bytes long; Standard Webhooks secrets need at least 24 random bytes/,
+    )
+    expect(
+      () =>
+        new Relay({
+          db: t.db,
+          endpoint: 'http://x/h',
+          secret: [`whsec_${randomBytes(24).toString('base64')}`, short],
+        }),
+    ).toThrow(/signing secret #2 is 20 bytes long/)
     expect(() => new Relay({ db: t.db, endpoint: 'http://x/h', concurrency: 0 })).toThrow(/concurrency/)
     expect(() => new Relay({ db: t.db, endpoint: 'http://x/h', onExhausted: 'drop' as 'skip' })).toThrow(
       /onExhausted/,

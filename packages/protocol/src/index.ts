@@ -44,13 +44,19 @@ export {
 export type { ReceivedEvent } from './received-event.js'
 export { DEFAULT_SCHEMA, resolveSchema } from './schema-name.js'
 export {
-  DEFAULT_SIGNATURE_TOLERANCE_SECONDS,
+  MIN_SIGNING_SECRET_BYTES,
   parseSigningSecrets,
-  type SignatureFailure,
   type SignInput,
   type SigningKey,
   signWebhook,
-  type VerifyOptions,
   type VerifyResult,
   verifyWebhook,
 } from './signature.js'
+export {
+  checkSignatureHeaders,
+  DEFAULT_SIGNATURE_TOLERANCE_SECONDS,
+  type HeaderGetter,
+  type IncomingHeaders,
+  type SignatureFailure,
+  type VerifyOptions,
+} from './signature-headers.js'

@@ -1,10 +1,12 @@
-import { randomBytes } from 'node:crypto'
+import { KeyObject, randomBytes } from 'node:crypto'
 import fc from 'fast-check'
 import { Webhook } from 'standardwebhooks'
 import { describe, expect, it } from 'vitest'
 import {
+  checkSignatureHeaders,
   DEFAULT_SIGNATURE_TOLERANCE_SECONDS,
   HEADERS,
+  MIN_SIGNING_SECRET_BYTES,
   ProtocolError,
   parseSigningSecrets,
   signWebhook,
@@ -16,6 +18,9 @@ const SECRET = newSecret()
 const OTHER = newSecret()
 const EVENT_ID = '0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a'
 const BODY = '{"event_id":"0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a","data":{"total":3}}'
+/** Text outside ASCII: two-, three- and four-byte UTF-8 sequences. */
+const UNICODE_BODY = '{"event_id":"0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a","data":{"name":"Zoë — 東京 🚚"}}'
+const secretOf = (bytes: number) => `whsec_${randomBytes(bytes).toString('base64')}`
 
 function secretError(secrets: unknown): ProtocolError {
   try {
@@ -32,6 +37,30 @@ describe('parseSigningSecrets', () => {
     expect(parseSigningSecrets(SECRET)).toHaveLength(1)
     expect(parseSigningSecrets([SECRET, OTHER]).map((key) => key.secret)).toEqual([SECRET, OTHER])
     expect(Object.isFrozen(parseSigningSecrets(SECRET))).toBe(true)
+  })
+
+  it('decodes each secret once into a node:crypto key of its bytes', () => {
+    const [parsed] = parseSigningSecrets(SECRET)
+    expect(parsed!.key).toBeInstanceOf(KeyObject)
+    expect(parsed!.key.type).toBe('secret')
+    expect(parsed!.key.export()).toEqual(Buffer.from(SECRET.slice(6), 'base64'))
+  })
+
+  it('refuses a secret shorter than the Standard Webhooks minimum of 24 bytes, and says how to make one', () => {
+    expect(MIN_SIGNING_SECRET_BYTES).toBe(24)
+    expect(parseSigningSecrets(secretOf(24))).toHaveLength(1)
+    expect(parseSigningSecrets(secretOf(64))).toHaveLength(1)
+    for (const bytes of [1, 8, 16, 23]) {
+      const short = secretOf(bytes)
+      const error = secretError(short)
+      expect(error.code).toBe('ERR_OUTBOX_INVALID_SECRET')
+      expect(error.message).toContain(`is ${bytes} bytes long`)
+      expect(error.message).toContain('at least 24')
+      expect(error.message).toContain('openssl rand -base64 32')
+      expect(error.message).not.toContain(short.slice(6))
+    }
+    // In a rotation list the short one is named, and the good one does not save it.
+    expect(secretError([SECRET, secretOf(16)]).message).toMatch(/^signing secret #2 is 16 bytes long/)
   })
 
   it.each([
@@ -86,6 +115,33 @@ describe('signWebhook', () => {
   })
 })
 
+describe('signWebhook over bytes', () => {
+  it('signs a Uint8Array body as exactly those bytes, the same as its UTF-8 text', () => {
+    const keys = parseSigningSecrets(SECRET)
+    const at = new Date('2026-12-02T09:00:00Z')
+    const bytes = new TextEncoder().encode(UNICODE_BODY)
+    const fromText = signWebhook(keys, { eventId: EVENT_ID, body: UNICODE_BODY, timestamp: at })
+    const fromBytes = signWebhook(keys, { eventId: EVENT_ID, body: bytes, timestamp: at })
+    expect(fromBytes).toEqual(fromText)
+    expect(verifyWebhook(keys, fromBytes, bytes, { now: at })).toEqual({ ok: true })
+  })
+
+  it('tells apart bodies that differ only in bytes that are not UTF-8', () => {
+    // Both decode to the same text ("{\uFFFD}"): a verifier that signs decoded text cannot see the change.
+    const keys = parseSigningSecrets(SECRET)
+    const at = new Date('2026-12-02T09:00:00Z')
+    const sent = Uint8Array.of(0x7b, 0xff, 0x7d)
+    const tampered = Uint8Array.of(0x7b, 0xfe, 0x7d)
+    expect(Buffer.from(sent).toString()).toBe(Buffer.from(tampered).toString())
+    const headers = signWebhook(keys, { eventId: EVENT_ID, body: sent, timestamp: at })
+    expect(verifyWebhook(keys, headers, sent, { now: at })).toEqual({ ok: true })
+    expect(verifyWebhook(keys, headers, tampered, { now: at })).toEqual({
+      ok: false,
+      reason: 'invalid_signature',
+    })
+  })
+})
+
 describe('interoperability with the standardwebhooks package', () => {
   it('its Webhook.verify accepts our headers, for every secret of a rotation', () => {
     const headers = signWebhook(parseSigningSecrets([SECRET, OTHER]), { eventId: EVENT_ID, body: BODY })
@@ -105,11 +161,28 @@ describe('interoperability with the standardwebhooks package', () => {
     expect(verifyWebhook(parseSigningSecrets([OTHER, SECRET]), headers, BODY)).toEqual({ ok: true })
   })
 
+  it('agree both ways on a bytes body outside ASCII', () => {
+    const at = new Date()
+    const bytes = new TextEncoder().encode(UNICODE_BODY)
+    const ours = signWebhook(parseSigningSecrets(SECRET), { eventId: EVENT_ID, body: bytes, timestamp: at })
+    expect(new Webhook(SECRET).verify(Buffer.from(bytes), ours)).toEqual(JSON.parse(UNICODE_BODY))
+    const theirs = {
+      'webhook-id': EVENT_ID,
+      'webhook-timestamp': String(Math.floor(at.getTime() / 1000)),
+      'webhook-signature': new Webhook(SECRET).sign(EVENT_ID, at, Buffer.from(bytes)),
+    }
+    expect(theirs['webhook-signature']).toBe(ours[HEADERS.webhookSignature])
+    expect(verifyWebhook(parseSigningSecrets(SECRET), theirs, bytes, { now: at })).toEqual({ ok: true })
+    expect(verifyWebhook(parseSigningSecrets(SECRET), theirs, UNICODE_BODY, { now: at })).toEqual({
+      ok: true,
+    })
+  })
+
   it('agree both ways for arbitrary ids and bodies', () => {
     const keys = parseSigningSecrets(SECRET)
     const theirs = new Webhook(SECRET)
     fc.assert(
-      fc.property(fc.uuid(), fc.json(), (eventId, body) => {
+      fc.property(fc.uuid(), fc.json({ stringUnit: 'binary' }), (eventId, body) => {
         const at = new Date()
         const ours = signWebhook(keys, { eventId, body, timestamp: at })
         expect(theirs.verify(body, ours)).toEqual(JSON.parse(body))
@@ -183,16 +256,60 @@ describe('verifyWebhook', () => {
     })
   })
 
-  it('answers missing_signature when a header is absent or not a single string', () => {
+  it('answers missing_signature when a header is absent, or the id or timestamp is sent twice', () => {
     for (const name of [HEADERS.webhookId, HEADERS.webhookTimestamp, HEADERS.webhookSignature]) {
       const { [name]: _dropped, ...rest } = signed
       expect(verifyWebhook(keys, rest, BODY, { now: at })).toEqual({ ok: false, reason: 'missing_signature' })
+      expect(verifyWebhook(keys, { ...rest, [name]: '' }, BODY, { now: at })).toEqual({
+        ok: false,
+        reason: 'missing_signature',
+      })
+    }
+    // Which of two ids or timestamps was signed? Neither is trusted.
+    for (const name of [HEADERS.webhookId, HEADERS.webhookTimestamp]) {
       const doubled = { ...signed, [name]: [signed[name]!, signed[name]!] }
       expect(verifyWebhook(keys, doubled, BODY, { now: at })).toEqual({
         ok: false,
         reason: 'missing_signature',
       })
     }
+  })
+
+  describe('webhook-signature sent twice', () => {
+    const good = signed[HEADERS.webhookSignature]!
+    const wrong = signWebhook(parseSigningSecrets(OTHER), { eventId: EVENT_ID, body: BODY, timestamp: at })[
+      HEADERS.webhookSignature
+    ]!
+
+    it('verifies when any entry matches, as an array or joined with ", " (what Node does)', () => {
+      for (const value of [
+        [wrong, good],
+        [good, wrong],
+        `${wrong}, ${good}`,
+        `${good}, ${wrong}`,
+        `${wrong} v1a,xyz, ${good}`,
+        `${wrong},  ${good},`,
+      ]) {
+        const headers = { ...signed, [HEADERS.webhookSignature]: value }
+        expect(verifyWebhook(keys, headers, BODY, { now: at })).toEqual({ ok: true })
+        expect(checkSignatureHeaders(headers, { now: at })).toBeUndefined()
+      }
+    })
+
+    it('still refuses when no entry matches', () => {
+      const other = signWebhook(parseSigningSecrets(newSecret()), {
+        eventId: EVENT_ID,
+        body: BODY,
+        timestamp: at,
+      })[HEADERS.webhookSignature]!
+      for (const value of [[wrong, other], `${wrong}, ${other}`]) {
+        const headers = { ...signed, [HEADERS.webhookSignature]: value }
+        expect(verifyWebhook(keys, headers, BODY, { now: at })).toEqual({
+          ok: false,
+          reason: 'invalid_signature',
+        })
+      }
+    })
   })
 
   it('refuses a timestamp that is not unix seconds', () => {
@@ -209,11 +326,27 @@ describe('verifyWebhook', () => {
     const v1 = signed[HEADERS.webhookSignature]!
     const mixed = { ...signed, [HEADERS.webhookSignature]: `v1a,${v1.slice(3)} v2,abc ${v1}` }
     expect(verifyWebhook(keys, mixed, BODY, { now: at })).toEqual({ ok: true })
-    const onlyOther = { ...signed, [HEADERS.webhookSignature]: `v1a,${v1.slice(3)}` }
+    // Nothing this verifier can check is as good as no signature: refused before any HMAC.
+    const onlyOther = { ...signed, [HEADERS.webhookSignature]: `v1a,${v1.slice(3)} v2,abc v1,` }
     expect(verifyWebhook(keys, onlyOther, BODY, { now: at })).toEqual({
       ok: false,
-      reason: 'invalid_signature',
+      reason: 'missing_signature',
     })
+  })
+
+  it('finds the headers whatever the case of their names, in a record or a Headers', () => {
+    const upper = Object.fromEntries(
+      Object.entries(signed).map(([name, value]) => [
+        name.replace(/(^|-)\w/g, (c) => c.toUpperCase()),
+        value,
+      ]),
+    )
+    expect(Object.keys(upper)).toContain('Webhook-Signature')
+    expect(verifyWebhook(keys, upper, BODY, { now: at })).toEqual({ ok: true })
+    expect(verifyWebhook(keys, new Headers(upper), BODY, { now: at })).toEqual({ ok: true })
+    const twice = new Headers(signed)
+    twice.append(HEADERS.webhookSignature, 'v1,bm90LXRoZS1zaWduYXR1cmU=')
+    expect(verifyWebhook(keys, twice, BODY, { now: at })).toEqual({ ok: true })
   })
 
   it('never throws on arbitrary headers and bodies, and never accepts them', () => {
@@ -228,6 +361,75 @@ describe('verifyWebhook', () => {
           [HEADERS.webhookSignature]: signature,
         }
         expect(verifyWebhook(keys, headers, body, { now: at }).ok).toBe(false)
+      }),
+      { numRuns: 300 },
+    )
+  })
+})
+
+describe('checkSignatureHeaders', () => {
+  const keys = parseSigningSecrets(SECRET)
+  const at = new Date('2026-12-02T09:00:00Z')
+  const signed = signWebhook(keys, { eventId: EVENT_ID, body: BODY, timestamp: at })
+
+  it('passes well-formed headers without looking at any body or key', () => {
+    expect(checkSignatureHeaders(signed, { now: at })).toBeUndefined()
+    // Well-formed is not authentic: the signature is only checked by verifyWebhook.
+    const forged = { ...signed, [HEADERS.webhookSignature]: 'v1,Zm9yZ2Vk' }
+    expect(checkSignatureHeaders(forged, { now: at })).toBeUndefined()
+    expect(verifyWebhook(keys, forged, BODY, { now: at })).toEqual({ ok: false, reason: 'invalid_signature' })
+  })
+
+  it('refuses what verifyWebhook refuses before the HMAC, for records, Headers and get() views', () => {
+    const cases: [Record<string, string>, string][] = [
+      [
+        { [HEADERS.webhookId]: EVENT_ID, [HEADERS.webhookTimestamp]: signed['webhook-timestamp']! },
+        'missing_signature',
+      ],
+      [{ ...signed, [HEADERS.webhookSignature]: 'v2,abc' }, 'missing_signature'],
+      [{ ...signed, [HEADERS.webhookTimestamp]: 'soon' }, 'timestamp_out_of_window'],
+      [
+        { ...signed, [HEADERS.webhookTimestamp]: String(Number(signed['webhook-timestamp']) - 301) },
+        'timestamp_out_of_window',
+      ],
+      [
+        { ...signed, [HEADERS.webhookTimestamp]: String(Number(signed['webhook-timestamp']) + 301) },
+        'timestamp_out_of_window',
+      ],
+    ]
+    for (const [record, reason] of cases) {
+      const web = new Headers(record)
+      const view = { get: (name: string) => web.get(name) ?? undefined }
+      for (const headers of [record, web, view]) {
+        expect(checkSignatureHeaders(headers, { now: at })).toBe(reason)
+        expect(verifyWebhook(keys, headers, BODY, { now: at })).toEqual({ ok: false, reason })
+      }
+    }
+    expect(
+      checkSignatureHeaders(signed, { now: new Date(at.getTime() + 61_000), toleranceSeconds: 60 }),
+    ).toBe('timestamp_out_of_window')
+  })
+
+  it('agrees with verifyWebhook on arbitrary headers: whatever it refuses, verifyWebhook refuses the same way', () => {
+    const header = fc.option(
+      fc.oneof(
+        fc.string(),
+        fc.constantFrom(signed['webhook-timestamp']!, signed['webhook-signature']!, 'v1,', 'v1,a, v1,b'),
+        fc.array(fc.string(), { maxLength: 2 }),
+      ),
+      { nil: undefined },
+    )
+    fc.assert(
+      fc.property(header, header, header, (id, timestamp, signature) => {
+        const headers = {
+          [HEADERS.webhookId]: id,
+          [HEADERS.webhookTimestamp]: timestamp,
+          [HEADERS.webhookSignature]: signature,
+        }
+        const early = checkSignatureHeaders(headers, { now: at })
+        const verified = verifyWebhook(keys, headers, BODY, { now: at })
+        if (early !== undefined) expect(verified).toEqual({ ok: false, reason: early })
+        else expect(verified).toEqual({ ok: false, reason: 'invalid_signature' })
       }),
       { numRuns: 300 },
     )

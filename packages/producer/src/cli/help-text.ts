@@ -47,8 +47,10 @@ A second signal exits at once (its claims then expire after --lease-ms).
 
 Options:
   --endpoint <url>              the subscriber's webhook URL (required)          [env: OUTBOX_ENDPOINT]
-  --secret <whsec_…>            Standard Webhooks signing secret; repeat it (or comma-separate) to sign with
-                                several during a rotation. Prefer the environment: flags show in ps.
+  --secret <whsec_…>            Standard Webhooks signing secret of at least 24 bytes; repeat it (or
+                                comma-separate) to sign with several during a rotation. Prefer the
+                                environment: flags show in ps. Without one, requests go out unsigned (warned).
+                                Make one: echo "whsec_$(openssl rand -base64 32)"
                                                                                  [env: OUTBOX_SECRET]
   --concurrency <n>             lanes delivered in parallel (default 16)
   --batch-size <n>              most events taken from one lane per claim (default 200)

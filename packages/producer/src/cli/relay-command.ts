@@ -1,5 +1,6 @@
 import type { ListenOption, OnExhausted, Relay, RelayOptions } from '../index.js'
 import { silentLogger } from '../logger.js'
+import { UNSIGNED_WARNING } from '../unsigned-warning.js'
 import { DEFAULT_STOP_TIMEOUT_MS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import type { CliIo } from './command.js'
@@ -184,6 +185,9 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
           },
           'relay started',
         )
+        // The relay warns through its logger, which the CLI keeps silent without --verbose; an operator must see
+        // this one anyway, so the CLI says it itself then.
+        if (secrets.length === 0 && !values.verbose) log.warn({ signed: false }, UNSIGNED_WARNING)
         const signal = await interrupt.wait
         log.info(
           { stopTimeoutMs },
