@@ -7,8 +7,8 @@
  *
  * For each size it creates a database, migrates it to 0002, fills `processed_events` with that many rows (ten per
  * aggregate, so a cursor per ten rows), vacuums, then runs migration 0003's text in a transaction while a second
- * connection lists the locks the migrating backend holds and a third, standing for a delivery, inserts an id and
- * reports how long it waited. The database is dropped afterwards.
+ * connection lists the locks the migrating backend holds (and notes when it moves on from `processed_events` to
+ * `consumer_cursors`) and a third, standing for a delivery, inserts an id and reports how long it waited. The database is dropped afterwards.
  */
 import pg from 'pg'
 import { consumerMigrations } from '../src/migrations/index.js'
@@ -79,6 +79,22 @@ async function measure(rows: number): Promise<void> {
       }
       await new Promise((resolve) => setTimeout(resolve, 5))
     }
+    // When the migration moves on to consumer_cursors: processed_events' rewrite and key are done by then.
+    let cursorsAt = 0
+    const watching = (async () => {
+      for (;;) {
+        const { rows: held } = await observer!.query(
+          `SELECT 1 FROM pg_locks WHERE pid = $1 AND granted AND mode = 'AccessExclusiveLock'
+             AND relation = 'consumer_cursors'::regclass`,
+          [pid],
+        )
+        if (held.length > 0) {
+          cursorsAt = performance.now()
+          return
+        }
+        await new Promise((resolve) => setTimeout(resolve, 5))
+      }
+    })()
     const waited = delivery!
       .query(
         `INSERT INTO processed_events (event_id, aggregate_type, aggregate_id, sequence, type)
@@ -87,6 +103,7 @@ async function measure(rows: number): Promise<void> {
       .then(() => performance.now() - lockedAt)
     await running
     const statementsMs = performance.now() - started
+    await watching
     const { rows: locks } = await observer!.query<{ relation: string; mode: string }>(
       `SELECT c.relname AS relation, l.mode FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
        WHERE l.pid = $1 AND l.granted AND c.relname IN ('processed_events', 'consumer_cursors')
@@ -102,6 +119,7 @@ async function measure(rows: number): Promise<void> {
         cursors: aggregates,
         sizeBefore: size.rows[0],
         migrationMs: Math.round(statementsMs),
+        processedEventsPhaseMs: Math.round(cursorsAt - started),
         withCommitMs: Math.round(totalMs),
         accessExclusive: locks.map((lock) => lock.relation),
         deliveryWaitedMs: Math.round(waitedMs),
