@@ -1,18 +1,15 @@
 /** The main example of packages/consumer/README.md: type-checked in CI, never run. */
 // #region consumer-example
-import { createConsumer, migrate } from '@outbox/consumer'
+import { createConsumer, createPool, migrate } from '@outbox/consumer'
 import express from 'express'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
 interface Database {
   orders: { id: string; status: string }
 }
 
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL })
-// Without these, a database restart crashes the process with an unhandled 'error' event.
-pool.on('error', (error) => console.warn('idle connection lost', error.message))
-pool.on('connect', (client) => client.on('error', (error) => console.warn('connection lost', error.message)))
+// A pg.Pool with the two 'error' listeners without which a database restart crashes the process.
+const pool = createPool({ connectionString: process.env.DATABASE_URL })
 const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool }) })
 await migrate(db)
 

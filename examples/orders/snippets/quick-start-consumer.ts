@@ -1,13 +1,11 @@
 /** The root README's quick start, where events are applied: type-checked in CI, never run. */
 // #region quick-start-consumer
-import { createConsumer, migrate } from '@outbox/consumer'
+import { createConsumer, createPool, migrate } from '@outbox/consumer'
 import express from 'express'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
-const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL }) // the subscriber's own database
-pool.on('error', (error) => console.warn('idle connection lost', error.message))
-pool.on('connect', (client) => client.on('error', (error) => console.warn('connection lost', error.message)))
+// A pg.Pool that survives a database restart: a lost connection fails one delivery (500, retried), not the process.
+const pool = createPool({ connectionString: process.env.DATABASE_URL }) // the subscriber's own database
 const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
 
 await migrate(db) // processed_events and consumer_cursors; idempotent

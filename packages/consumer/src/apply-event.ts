@@ -35,13 +35,13 @@ export type ApplyEvent = (
 ) => Promise<ApplyOutcome>
 
 /**
- * Returns the function that runs the transaction of DESIGN.md "Consumer" for one consumer (its statement is
- * prepared here, once): record the id under the consumer's `source` (duplicates stop here), lock and judge the aggregate's cursor, run the
- * handler, commit — as `BEGIN`, ONE statement (sql/record-event.ts: a call of the `outbox_record_event` function,
- * which records the id, locks the cursor, creating it for a new aggregate, and advances it when the policy says
- * apply), the handler, `COMMIT`. Only a stale event or a gap costs one more statement, to read the cursor it was
- * judged against. Under `'off'` the statement is the plain id insert, with NULLs for an event that has no
- * aggregate or sequence. Every row read or written is the consumer `source`'s.
+ * Returns the function that runs the transaction of DESIGN.md "Consumer" for one consumer (its statement is prepared
+ * here, once): record the id under the consumer's `source` (duplicates stop here), lock and judge the aggregate's
+ * cursor, run the handler, commit — as `BEGIN`, ONE statement (sql/record-event.ts: a call of the
+ * `outbox_record_event` function, which records the id, locks the cursor, creating it for a new aggregate, and
+ * advances it when the policy says apply), the handler, `COMMIT`. Only a stale event or a gap costs one more
+ * statement, to read the cursor it was judged against. Under `'off'` the statement is the plain id insert, with
+ * NULLs for an event that has no aggregate or sequence. Every row read or written is the consumer `source`'s.
  *
  * READ COMMITTED is set explicitly: the duplicate and ordering arguments in the sql/ modules rely on a blocked
  * statement re-reading (and judging) the latest committed row, which REPEATABLE READ or SERIALIZABLE (if a

@@ -7,6 +7,7 @@ import type { EnvelopeReader } from './core/envelope-reader.js'
 import { CORE, type ConsumerCore } from './core/internal.js'
 import { createReceive, type WebhookRequest } from './core/receive.js'
 import { OutboxError } from './errors.js'
+import type { createPool, guardPool } from './guard-pool.js'
 import type { EnvelopeKind, ExpressRequest, HandlerEvent, ReceiptHandler } from './handler.js'
 import { type ConsumerOptions, type ErrorListener, resolveConsumerOptions } from './options.js'
 import type { ReceiptEventMap, ReceiptListener } from './receipt-events.js'
@@ -135,6 +136,10 @@ function checkAdapterOptions(options: AdapterOptions<unknown> | undefined, metho
  * database fails, everything rolls back and the answer is 500 `handler_failed`, with no internals, so the sender
  * retries. A client's mistake never gets a 5xx; `onError`, the logger and the `receipt:*` events see every
  * outcome.
+ *
+ * Create the pool behind `db` with {@link createPool} (or pass it through {@link guardPool}): a bare `pg.Pool`
+ * lets a PostgreSQL connection cut while a handler runs (a restart, a failover) crash the process. The consumer
+ * cannot check this for you — Kysely keeps its dialect's pool private — so it warns about nothing.
  *
  * @example
  * ```ts

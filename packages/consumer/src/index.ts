@@ -16,6 +16,7 @@ export {
   type WebhookVerifier,
 } from './core/verifier.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
+export { createPool, type GuardablePool, guardPool, isGuardedPool } from './guard-pool.js'
 export type {
   DedupeHandler,
   EnvelopeKind,

@@ -117,9 +117,12 @@ export async function withDatabase<T>(
     keepAlive: true,
     max: options.max ?? 10,
   })
-  // Without a listener, an idle connection dropped by the server is an unhandled 'error' event that kills the
-  // process with a stack trace.
+  // Without listeners, a connection dropped by the server is an unhandled 'error' event that kills the process
+  // with a stack trace: on the pool for an idle client, on the client itself for one that is checked out (pg-pool
+  // removes its own listener while it lends a client, e.g. to a claim's transaction). A checked-out client's query
+  // fails as well and its caller reports it, so its listener only has to exist; idle cuts are reported here.
   pool.on('error', (error) => options.onIdleError?.(error))
+  pool.on('connect', (client) => client.on('error', () => {}))
   const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
   try {
     return await use(db)

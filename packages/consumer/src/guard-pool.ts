@@ -1,0 +1,125 @@
+import pg from 'pg'
+import { consoleLogger, isLogger, type Logger, safeLog } from './logger.js'
+
+/**
+ * Marks a guarded pool. `Symbol.for`, so two copies of this package in one process (a monorepo, a bundler) agree
+ * that a pool is guarded.
+ */
+const GUARDED = Symbol.for('@outbox/consumer.guardedPool')
+
+/** What {@link guardPool} needs of a pool: pg's `Pool`, or anything with its `'error'` and `'connect'` events. */
+export interface GuardablePool {
+  on(event: 'error', listener: (error: Error, client: unknown) => void): unknown
+  on(
+    event: 'connect',
+    listener: (client: { on(event: 'error', listener: (error: Error) => void): unknown }) => void,
+  ): unknown
+}
+
+/**
+ * Makes a `pg.Pool` survive PostgreSQL ending its connections (a restart, a failover, `pg_terminate_backend`, an
+ * idle timeout on a proxy): without this, such a cut can crash the whole process. Returns the same pool; calling it
+ * again on a guarded pool does nothing.
+ *
+ * Why it is needed: `pg` reports a lost connection as an `'error'` EVENT — on the pool for an idle client, on the
+ * client itself for one that is checked out (the pool removes its own listener while it lends a client, e.g. to a
+ * webhook's transaction). Node turns an `'error'` event nobody listens to into an uncaught exception, so one
+ * database restart while a handler runs kills every consumer process instead of failing one delivery. With both
+ * listeners the query in progress fails — the delivery is rolled back and answered 500, and the sender retries —
+ * the broken connection is discarded, and the next query opens a fresh one. Each cut is logged once at `warn`.
+ *
+ * It adds `pool.on('error', …)` and `pool.on('connect', (client) => client.on('error', …))`. Clients the pool
+ * already opened get the client listener too, so a pool can be guarded after it has been used.
+ *
+ * `createConsumer` cannot tell whether its pool is guarded: Kysely keeps the pool of its `PostgresDialect` private,
+ * so the consumer cannot look, and says nothing. Guard every pool behind a consumer with this (or create it with
+ * {@link createPool}), or add the same two listeners yourself.
+ *
+ * @param logger where each lost connection is reported. @defaultValue warn/error to the console
+ *
+ * @example
+ * ```ts
+ * import { createConsumer, guardPool } from '@outbox/consumer'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ * import pg from 'pg'
+ *
+ * const pool = guardPool(new pg.Pool({ connectionString: process.env.DATABASE_URL }))
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
+ * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * ```
+ */
+export function guardPool<P extends GuardablePool>(pool: P, logger: Logger = consoleLogger): P {
+  if (typeof pool !== 'object' || pool === null || typeof (pool as { on?: unknown }).on !== 'function') {
+    throw new TypeError('guardPool: pass a pg.Pool, e.g. guardPool(new pg.Pool({ connectionString }))')
+  }
+  if (!isLogger(logger)) {
+    throw new TypeError(
+      'guardPool: `logger` must have debug, info, warn and error methods (pino fits directly)',
+    )
+  }
+  if (isGuardedPool(pool)) return pool
+  // An idle client's cut reaches both listeners with the same error (the pool re-emits it): report it once.
+  const reported = new WeakSet<object>()
+  const report = (where: 'idle' | 'checked out') => (error: Error) => {
+    if (typeof error === 'object' && error !== null) {
+      if (reported.has(error)) return
+      reported.add(error)
+    }
+    const { message, code } = error as { message?: unknown; code?: unknown }
+    safeLog(
+      logger,
+      'warn',
+      { error: { message, ...(code === undefined ? {} : { code }) }, connection: where },
+      'a PostgreSQL connection was lost; its query fails and the pool opens a new connection',
+    )
+  }
+  const onIdle = report('idle')
+  const onCheckedOut = report('checked out')
+  pool.on('error', (error) => onIdle(error))
+  pool.on('connect', (client) => {
+    client.on('error', onCheckedOut)
+  })
+  // Clients opened before the guard (pg-pool keeps them in `_clients`): the 'connect' listener never sees them.
+  const opened = (pool as { _clients?: unknown })._clients
+  if (Array.isArray(opened)) {
+    for (const client of opened) {
+      if (typeof client?.on === 'function') client.on('error', onCheckedOut)
+    }
+  }
+  Object.defineProperty(pool, GUARDED, { value: true, enumerable: false })
+  return pool
+}
+
+/**
+ * Whether {@link guardPool} (or {@link createPool}) guarded this pool.
+ *
+ * @example
+ * ```ts
+ * import { createPool, isGuardedPool } from '@outbox/consumer'
+ * console.log(isGuardedPool(createPool({ connectionString: process.env.DATABASE_URL }))) // true
+ * ```
+ */
+export function isGuardedPool(pool: unknown): boolean {
+  return typeof pool === 'object' && pool !== null && (pool as { [GUARDED]?: unknown })[GUARDED] === true
+}
+
+/**
+ * Creates a `pg.Pool` already guarded by {@link guardPool}: a PostgreSQL connection cut while a handler runs fails
+ * that delivery (500, retried by the sender) instead of crashing the process.
+ *
+ * @param config `pg.Pool`'s own options, passed as they are.
+ * @param logger where each lost connection is reported. @defaultValue warn/error to the console
+ *
+ * @example
+ * ```ts
+ * import { createConsumer, createPool } from '@outbox/consumer'
+ * import { Kysely, PostgresDialect } from 'kysely'
+ *
+ * const pool = createPool({ connectionString: process.env.DATABASE_URL, max: 10 })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
+ * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * ```
+ */
+export function createPool(config?: pg.PoolConfig, logger?: Logger): pg.Pool {
+  return guardPool(new pg.Pool(config), logger)
+}
