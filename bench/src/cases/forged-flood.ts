@@ -20,7 +20,7 @@ const RATE = 200
 /** Exactly the consumer's default `maxBodyBytes`: a forged body that passes the size check and must be read. */
 const FORGED_BYTES = 1_048_576
 /** Real deliveries sent before the measured windows of each run. */
-const WARM_UP = 200
+const WARM_UP = 100
 
 type Flood = 'none' | 'unsigned' | 'bad-signature'
 const FLOODS: readonly Flood[] = ['none', 'unsigned', 'bad-signature']
@@ -156,7 +156,7 @@ async function deliver(
  * order, on a fresh database per run.
  */
 export async function forgedFlood(ctx: BenchContext): Promise<CaseResult> {
-  const perWindow = ctx.quick ? 400 : 2000
+  const perWindow = ctx.quick ? 200 : 2000
   const concurrency = ctx.quick ? 2 : 8
   const secret = `whsec_${randomBytes(32).toString('base64')}`
   const keys = parseSigningSecrets(secret)
