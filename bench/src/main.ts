@@ -9,6 +9,7 @@ import pg from 'pg'
 import { claimAtScale } from './cases/claim-at-scale.js'
 import { consumerOverhead } from './cases/consumer-overhead.js'
 import { enqueueOverhead } from './cases/enqueue-overhead.js'
+import { forgedFlood } from './cases/forged-flood.js'
 import { latency } from './cases/latency.js'
 import { pruneUnderLoad } from './cases/prune-under-load.js'
 import { relayThroughput } from './cases/relay-throughput.js'
@@ -27,6 +28,7 @@ const CASES: Record<string, (ctx: BenchContext) => Promise<CaseResult>> = {
   latency,
   'enqueue-overhead': enqueueOverhead,
   'consumer-overhead': consumerOverhead,
+  'forged-flood': forgedFlood,
   'claim-at-scale': claimAtScale,
   'prune-under-load': pruneUnderLoad,
 }

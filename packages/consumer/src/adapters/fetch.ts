@@ -1,14 +1,37 @@
+import type { BodySource } from '../core/read-body.js'
 import type { Receipt, Receive } from '../core/receive.js'
 import type { Logger } from '../logger.js'
 import type { WebhookResponse } from '../respond.js'
 import { internalFailure } from './node.js'
 
 function toResponse(answer: WebhookResponse): Response {
-  const headers = new Headers(answer.headers)
-  // Servers that map a web Response onto Node (Hono's node-server, Next.js) pass this on, and Node then closes
-  // the socket instead of reading the rest of a refused body.
-  if (answer.closeConnection) headers.set('connection', 'close')
+  // A plain record, not a Headers: servers that map a web Response onto Node (Hono's node-server) write a record
+  // as it is. `Connection: close` is passed on, and Node then closes the socket instead of reading the rest of a
+  // refused body.
+  const headers = answer.closeConnection ? { ...answer.headers, connection: 'close' } : answer.headers
   return new Response(answer.body, { status: answer.status, headers })
+}
+
+const EMPTY = new Uint8Array(0)
+const DECIMAL = /^\d+$/
+
+/**
+ * The request's body as the core reads it, touched only when the core asks — after every header check. With a
+ * `content-length` the body is exactly that long (HTTP frames it so), and the core has already refused a length
+ * over `maxBodyBytes` on the headers: it is read in one `arrayBuffer()`, which servers that wrap Node
+ * (`@hono/node-server`) serve straight from the socket, where `request.body` makes them build a full web
+ * `Request` and a stream first. Without one (chunked), the stream is read chunk by chunk and stopped at the limit.
+ */
+function bodyOf(request: Request): BodySource | null {
+  if (request.method === 'GET' || request.method === 'HEAD') return null
+  const length = request.headers.get('content-length')
+  if (length === null || !DECIMAL.test(length)) return request.body
+  if (length === '0') return EMPTY
+  return {
+    async *[Symbol.asyncIterator]() {
+      yield new Uint8Array(await request.arrayBuffer())
+    },
+  }
 }
 
 /**
@@ -23,7 +46,7 @@ export function fetchAdapter(
   return async (request) => {
     try {
       const answer = await receive(
-        { method: request.method, headers: request.headers, body: request.body },
+        { method: request.method, headers: request.headers, body: bodyOf(request) },
         { ...receipt, context: request },
       )
       return toResponse(answer)
