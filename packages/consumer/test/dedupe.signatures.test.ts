@@ -1,5 +1,4 @@
-import { createServer, request as httpRequest, type RequestListener } from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { request as httpRequest } from 'node:http'
 import { useTestDatabase } from '@outbox/test-harness'
 import { Webhook } from 'standardwebhooks'
 import request from 'supertest'
@@ -208,21 +207,6 @@ describe('dedupe with a signing secret', () => {
   })
 })
 
-/** Listens with a plain `node:http` server on a free loopback port. */
-async function serve(listener: RequestListener): Promise<{ url: string; close: () => Promise<void> }> {
-  const server = createServer(listener)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  return {
-    url: `http://127.0.0.1:${port}`,
-    close: () =>
-      new Promise<void>((resolve, reject) => {
-        server.closeAllConnections()
-        server.close((error) => (error ? reject(error) : resolve()))
-      }),
-  }
-}
-
 /** One POST on its own connection; an array header value goes on the wire as one header line per entry. */
 function postRepeated(
   url: string,
@@ -271,7 +255,7 @@ describe('webhook-signature sent twice, over real HTTP', () => {
     const servers = [
       {
         name: 'node',
-        started: await serve((req, res) => {
+        started: await listen((req, res) => {
           // What arrived on the wire: one raw header line per signature header sent.
           lines.push(
             req.rawHeaders.filter((name, i) => i % 2 === 0 && /^webhook-signature$/i.test(name)).length,

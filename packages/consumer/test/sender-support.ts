@@ -1,27 +1,8 @@
-import {
-  createServer,
-  request as httpRequest,
-  type IncomingHttpHeaders,
-  type RequestListener,
-} from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { request as httpRequest, type IncomingHttpHeaders } from 'node:http'
 import type { ReceivedEvent } from '@outbox/protocol'
 import { type Kysely, sql } from 'kysely'
 
-/** A `node:http` server on a free loopback port; `close` ends it and its idle keep-alive sockets. */
-export async function serve(listener: RequestListener): Promise<{ url: string; close: () => Promise<void> }> {
-  const server = createServer(listener)
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  return {
-    url: `http://127.0.0.1:${port}`,
-    close: () =>
-      new Promise<void>((resolve, reject) => {
-        server.closeAllConnections()
-        server.close((error) => (error ? reject(error) : resolve()))
-      }),
-  }
-}
+export { listen as serve } from './support.js'
 
 /** What the server answered to a request whose body was never finished. */
 export interface UnfinishedAnswer {

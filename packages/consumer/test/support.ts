@@ -1,5 +1,11 @@
 import { randomBytes, randomUUID } from 'node:crypto'
-import { request as httpRequest, type IncomingHttpHeaders, type Server } from 'node:http'
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingHttpHeaders,
+  type RequestListener,
+  type Server,
+} from 'node:http'
 import type { AddressInfo } from 'node:net'
 import {
   type JsonValue,
@@ -81,11 +87,15 @@ export function appWith(handler: RequestHandler): Express {
   return app
 }
 
-/** Listens on a free loopback port; `close` ends the server and its idle keep-alive sockets. */
-export async function listen(app: Express): Promise<{ url: string; close: () => Promise<void> }> {
-  const server: Server = await new Promise((resolve) => {
-    const started = app.listen(0, '127.0.0.1', () => resolve(started))
-  })
+/**
+ * Serves `listener` (an Express app, a `consumer.node` handler, any `node:http` request listener) on a free
+ * loopback port; `close` ends the server and its idle keep-alive sockets.
+ */
+export async function listen(
+  listener: RequestListener,
+): Promise<{ url: string; close: () => Promise<void> }> {
+  const server: Server = createServer(listener)
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const { port } = server.address() as AddressInfo
   return {
     url: `http://127.0.0.1:${port}`,
