@@ -24,6 +24,9 @@ const DECIMAL = /^\d+$/
  */
 function bodyOf(request: Request): BodySource | null {
   if (request.method === 'GET' || request.method === 'HEAD') return null
+  // Already read (request.json() in a middleware): the locked stream tells the core, which answers
+  // body_already_parsed; arrayBuffer() would only throw.
+  if (request.bodyUsed) return request.body
   const length = request.headers.get('content-length')
   if (length === null || !DECIMAL.test(length)) return request.body
   if (length === '0') return EMPTY
