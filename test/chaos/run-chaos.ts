@@ -171,17 +171,19 @@ const MODES: Record<ChaosMode, ModeSettings> = {
     retryAfterStreakShare: 0,
   },
   // An endpoint that sheds load: four requests in ten answered 429/503 with `Retry-After: 0|1`, besides the usual
-  // faults. Seven attempts (horizon 4.08 s): a `Retry-After` brings retries forward to its doubling floor, so
+  // faults. Seven attempts (horizon 8.08 s): a `Retry-After` brings retries forward to its doubling floor, so
   // streaks use up their attempts inside the horizon — a rule that counted attempts alone would kill them.
   // Ordinary events may die here, when they truly failed for the whole horizon; the proxy's account says whether.
   // Outages stay short (the subscriber's database is not restarted): what should run out is attempts, not time.
   'retry-after': {
     onExhausted: 'skip',
     sequence: 'monotonic',
-    // A flat tail after the first delay: a Retry-After's floor doubles from the first delay (100, 200, 400, 800 ms,
-    // then the schedule's 1 s), so a streak of Retry-After: 0 uses its 7 attempts in ≈ 3.5 s, inside the 4.08 s
-    // horizon. On a doubling schedule the floor is the schedule itself and nothing is brought forward.
-    retrySchedule: [100, 1000, 1000, 1000, 1000, 1000],
+    // A flat tail after the first delay: a Retry-After's floor doubles from the first delay (100, 200, 400, 800,
+    // 1600 ms, then the schedule's 2 s), so a streak of Retry-After: 0 uses its 7 attempts in ≈ 5.1 s, inside the
+    // 8.08 s horizon. The 3 s between them absorb a loaded machine's slow claims and takeovers (with a 1 s tail the
+    // margin was 0.6 s, and on a busy run every streak outlived the horizon and died, so none showed it holding
+    // events back). On a doubling schedule the floor is the schedule itself and nothing is brought forward.
+    retrySchedule: [100, 2000, 2000, 2000, 2000, 2000],
     repeatLastDelay: 0,
     poisonShare: 0,
     workerLoops: 2,
