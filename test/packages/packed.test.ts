@@ -5,7 +5,7 @@
  * `@outbox/source` condition and pnpm's links is not used anywhere here.
  */
 import { execFile } from 'node:child_process'
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -54,7 +54,7 @@ process.stdout.write(JSON.stringify(loaded))
  * package (`pg` without `@types/pg`) fails, and `@ts-expect-error` fails if the types had collapsed to `any`.
  */
 const TYPED_ESM = `
-import { createConsumer } from '@outbox/consumer'
+import { createConsumer, createPool } from '@outbox/consumer'
 import { enqueue, Relay, type RelayOptions } from '@outbox/producer'
 import { parseSigningSecrets, signWebhook } from '@outbox/protocol'
 import express from 'express'
@@ -65,6 +65,13 @@ const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() 
 const options: RelayOptions = { db, endpoint: 'http://127.0.0.1:3000/hooks' }
 export const relay: Relay = new Relay(options)
 export const app = express().post('/hooks', createConsumer({ db, allowUnsigned: true }).dedupe(async () => {}))
+// The other adapters and the pool guard, typed from the tarball (web Request and Response from Node's types).
+const guarded = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
+const consumer = createConsumer({ db: guarded, secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' })
+export const onFetch: (request: Request) => Promise<Response> = consumer.fetch(async (event) => {
+  event.eventId satisfies string
+})
+export const onNode = consumer.node(async () => {})
 export const headers: Record<string, string> = signWebhook(
   parseSigningSecrets('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'),
   { eventId: 'e1', body: '{}' },
@@ -156,6 +163,25 @@ describe('the packed packages in a fresh npm app', () => {
     for (const name of NAMES)
       expect(loaded[name], name).toEqual(expect.arrayContaining([...KEY_EXPORTS[name]]))
     expect(loaded).toEqual(JSON.parse(required.stdout))
+  })
+
+  it('loads the Fastify plugin from its subpath, by import and require(), with no fastify installed', async () => {
+    // The app installs express but not fastify: the plugin imports only fastify's types, never fastify itself.
+    const load = (kind: 'import' | 'require') =>
+      run(
+        process.execPath,
+        [
+          kind === 'import' ? '--input-type=module' : '--input-type=commonjs',
+          '-e',
+          kind === 'import'
+            ? "const m = await import('@outbox/consumer/fastify'); process.stdout.write(typeof m.outboxWebhooks)"
+            : "process.stdout.write(typeof require('@outbox/consumer/fastify').outboxWebhooks)",
+        ],
+        { cwd: app },
+      )
+    expect(existsSync(join(app, 'node_modules', 'fastify'))).toBe(false)
+    expect((await load('import')).stdout).toBe('function')
+    expect((await load('require')).stdout).toBe('function')
   })
 
   it('runs the outbox bin from the installed tarball', async () => {
