@@ -1,7 +1,16 @@
 import { useTestDatabase } from '@outbox/test-harness'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { createConsumer, type ReceiptEventMap } from '../src/index.js'
-import { createEffects, delivery, makeEvent, newSecret, quiet, recorded, writeEffect } from './support.js'
+import {
+  createEffects,
+  delivery,
+  makeEvent,
+  newSecret,
+  quiet,
+  recorded,
+  recordingLogger,
+  writeEffect,
+} from './support.js'
 
 const t = useTestDatabase()
 const secret = newSecret()
@@ -137,5 +146,33 @@ describe('receipt events', () => {
     expect(JSON.parse((await send(second)).body).status).toBe('applied')
     expect(once).toEqual([first.eventId])
     expect(removed).toEqual([])
+  })
+
+  it('an async listener that rejects is logged, never an unhandled rejection that would end the process', async () => {
+    const logger = recordingLogger()
+    const consumer = createConsumer({ db: t.db, secret, logger, source: SOURCE })
+    const unhandled: unknown[] = []
+    const onUnhandled = (reason: unknown) => unhandled.push(reason)
+    process.on('unhandledRejection', onUnhandled)
+    try {
+      const rejection = new Error('the alerting service is down')
+      consumer.on('receipt:applied', async () => {
+        throw rejection
+      })
+      const handle = consumer.handle(async (event, trx) => writeEffect(trx, event))
+      const { body, headers } = delivery(makeEvent({ aggregateId: 'events-async-listener' }), {
+        secrets: secret,
+      })
+      const answer = await handle({ method: 'POST', headers, body: new TextEncoder().encode(body) })
+      expect(JSON.parse(answer.body).status).toBe('applied')
+      await new Promise(setImmediate) // past the microtasks, where Node reports an unhandled rejection
+      expect(unhandled).toEqual([])
+      const errors = logger.lines.filter((line) => line.level === 'error')
+      expect(errors).toHaveLength(1)
+      expect(errors[0]!.msg).toMatch(/listener threw/)
+      expect(errors[0]!.meta).toMatchObject({ event: 'receipt:applied', err: rejection })
+    } finally {
+      process.off('unhandledRejection', onUnhandled)
+    }
   })
 })

@@ -56,18 +56,26 @@ export class EventHub<Events extends object> {
     return (this.#listeners.get(name)?.size ?? 0) > 0
   }
 
-  /** Calls every listener of `name`; one that throws is logged and the others still run. */
+  /**
+   * Calls every listener of `name`; one that throws — or, async, rejects — is logged and the others still run.
+   */
   emit<K extends keyof Events>(name: K, payload: Events[K]): void {
     const set = this.#listeners.get(name)
     if (!set) return
+    const report = (error: unknown) =>
+      this.#logger.error(
+        { event: name, err: error },
+        `a ${this.#owner} event listener threw; the ${this.#owner} carries on`,
+      )
     for (const listener of [...set]) {
       try {
-        ;(listener as (payload: Events[K]) => void)(payload)
+        const returned: unknown = (listener as (payload: Events[K]) => unknown)(payload)
+        // An async listener that rejects would be an unhandled rejection, which ends a Node process: log it too.
+        if (typeof (returned as PromiseLike<unknown> | undefined)?.then === 'function') {
+          ;(returned as PromiseLike<unknown>).then(undefined, report)
+        }
       } catch (error) {
-        this.#logger.error(
-          { event: name, err: error },
-          `a ${this.#owner} event listener threw; the ${this.#owner} carries on`,
-        )
+        report(error)
       }
     }
   }
