@@ -28,7 +28,6 @@ export { consoleLogger, DEFAULT_LOGGER, type Logger, type LogMethod, silentLogge
 export {
   type ConsumerMetrics,
   type ConsumerMetricsOptions,
-  type ConsumerMetricsRegistry,
   consumerMetrics,
   RECEIPT_DURATION_BUCKETS,
 } from './metrics.js'

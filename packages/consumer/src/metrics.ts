@@ -1,16 +1,11 @@
+import type { MetricsRegistry } from '@outbox/protocol'
 import type { Consumer } from './consumer.js'
 import type { ReceiptEventMap } from './receipt-events.js'
-
-/** The part of a prom-client `Registry` the consumer needs; pass `new Registry()` or prom-client's `register`. */
-export interface ConsumerMetricsRegistry {
-  registerMetric(metric: any): void
-  getSingleMetric(name: string): unknown
-}
 
 /** Options of {@link consumerMetrics}. */
 export interface ConsumerMetricsOptions {
   /** The prom-client registry the metrics are registered on. */
-  readonly register: ConsumerMetricsRegistry
+  readonly register: MetricsRegistry
   /** Prefix of every metric name. @defaultValue 'outbox_consumer_' */
   readonly prefix?: string
 }

@@ -1,13 +1,10 @@
+import type { MetricsRegistry } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
 import type { RelayEvents } from './events.js'
 import type { OutboxStats } from './stats.js'
 import { stats } from './stats.js'
 
-/** The part of a prom-client `Registry` the relay needs; pass `new Registry()` or prom-client's default `register`. */
-export interface MetricsRegistry {
-  registerMetric(metric: any): void
-  getSingleMetric(name: string): unknown
-}
+export type { MetricsRegistry }
 
 /** Options of the relay's Prometheus metrics. */
 export interface MetricsOptions {

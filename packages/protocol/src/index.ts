@@ -32,6 +32,7 @@ export {
 export { EventHub } from './event-hub.js'
 export { CONTENT_TYPE_JSON, CONTENT_TYPE_PROBLEM, HEADERS } from './headers.js'
 export { consoleLogger, isLogger, type Logger, type LogMethod, silentLogger } from './logger.js'
+export type { MetricsRegistry } from './metrics-registry.js'
 export {
   DELIVERY_STATUSES,
   type DeliveryStatus,
