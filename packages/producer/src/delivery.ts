@@ -71,16 +71,26 @@ export class WebhookSender {
     }
   }
 
-  /** POSTs one event; never throws — every way it can end is an outcome. `abort` cuts it short (stop). */
-  async send(url: string, event: EndpointEvent, body: string, abort?: AbortSignal): Promise<DeliveryOutcome> {
+  /**
+   * POSTs one event; never throws — every way it can end is an outcome. `abort` cuts it short (stop). `target`
+   * gives a subscription's own secrets and timeout, in place of the sender's.
+   */
+  async send(
+    url: string,
+    event: EndpointEvent,
+    body: string,
+    abort?: AbortSignal,
+    target?: { readonly signingKeys: readonly SigningKey[]; readonly requestTimeoutMs: number },
+  ): Promise<DeliveryOutcome> {
+    const keys = target?.signingKeys ?? this.#keys
+    const timeoutMs = target?.requestTimeoutMs ?? this.#timeoutMs
     const headers: Record<string, string> = {
       'content-type': 'application/json',
       'user-agent': 'outbox-relay',
       [HEADERS.idempotencyKey]: event.eventId,
       [HEADERS.eventSequence]: String(event.sequence),
     }
-    if (this.#keys.length > 0)
-      Object.assign(headers, signWebhook(this.#keys, { eventId: event.eventId, body }))
+    if (keys.length > 0) Object.assign(headers, signWebhook(keys, { eventId: event.eventId, body }))
     else if (this.#onUnsigned !== undefined) {
       const warn = this.#onUnsigned
       this.#onUnsigned = undefined
@@ -92,12 +102,13 @@ export class WebhookSender {
     }
     if (abort?.aborted) return { kind: 'aborted' }
     if (abort) this.#watch(abort)
-    const response = await postWebhook(this.#transport, this.#parse(url), headers, body)
+    const transport = timeoutMs === this.#timeoutMs ? this.#transport : { ...this.#transport, timeoutMs }
+    const response = await postWebhook(transport, this.#parse(url), headers, body)
     switch (response.kind) {
       case 'aborted':
         return { kind: 'aborted' }
       case 'timed out':
-        return { kind: 'failure', httpStatus: null, error: `timed out after ${this.#timeoutMs} ms` }
+        return { kind: 'failure', httpStatus: null, error: `timed out after ${timeoutMs} ms` }
       case 'network error':
         return { kind: 'failure', httpStatus: null, error: describeNetworkError(response.error) }
     }

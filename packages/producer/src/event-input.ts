@@ -26,6 +26,11 @@ export interface EnqueueInput<TPayload = unknown, TType extends string = string>
   readonly eventType: TType
   /** Any JSON-serialisable value. */
   readonly payload: TPayload
+  /**
+   * The tenant the event belongs to, e.g. a customer account id. A subscription created with a `tenant` receives
+   * only that tenant's events; one without receives every event. Omit for events no tenant owns.
+   */
+  readonly tenant?: string
 }
 
 /**
@@ -61,6 +66,8 @@ export interface ValidatedEvent {
   readonly payloadJson: string
   /** The payload's size as the relay sends it (jsonb's text form), which is what `maxPayloadBytes` limits. */
   readonly payloadBytes: number
+  /** Null when the event has no tenant. */
+  readonly tenant: string | null
 }
 
 /** The largest payload enqueue accepts by default: below the consumer's 1 MB so every event can be delivered. */
@@ -156,5 +163,6 @@ export function validateEvent(input: EnqueueInput, maxPayloadBytes: number, inde
       `${where}payload is ${payloadBytes} bytes as sent (its JSON as PostgreSQL prints it); the limit is ${maxPayloadBytes} (store large data elsewhere and send a reference, or raise maxPayloadBytes below the consumer's limit)`,
     )
   }
-  return { aggregateType, aggregateId, eventType, payloadJson, payloadBytes }
+  const tenant = input.tenant === undefined ? null : checkKey(input.tenant, 'tenant', where)
+  return { aggregateType, aggregateId, eventType, payloadJson, payloadBytes, tenant }
 }

@@ -3,6 +3,8 @@ import type { Logger } from './logger.js'
 
 /** The event and lane an occurrence is about. */
 export interface EventRef {
+  /** The subscription delivered to: the nil uuid for the implicit `endpoint` subscription. */
+  readonly subscriptionId: string
   readonly eventId: string
   readonly eventType: string
   readonly aggregateType: string
@@ -41,6 +43,7 @@ export interface RelayEventMap {
   'delivery:stale': EventRef & { readonly httpStatus: number }
   /** A lane was parked: by a 409 (`conflict`, retried after `retryInMs`) or by an exhausted event under `'block'`. */
   'lane:blocked': {
+    readonly subscriptionId: string
     readonly aggregateType: string
     readonly aggregateId: string
     readonly reason: 'conflict' | 'exhausted'
@@ -53,6 +56,7 @@ export interface RelayEventMap {
    * dead-lettered, like any failure); otherwise the lane was only claimed, and is handed over free.
    */
   'lane:takeover': {
+    readonly subscriptionId: string
     readonly aggregateType: string
     readonly aggregateId: string
     readonly eventId: string
@@ -60,6 +64,12 @@ export interface RelayEventMap {
     /** The head's failed attempts, the charged one included. */
     readonly attempts: number
   }
+  /**
+   * A stored subscription this relay cannot serve safely is left out until it is fixed: `reason` says why and what
+   * to change (a `requestTimeoutMs` that does not fit the lease, a stored secret that is not a signing secret).
+   * Reported once per reason.
+   */
+  'subscription:skipped': { readonly subscriptionId: string; readonly name: string; readonly reason: string }
   /** Something went wrong outside one delivery (database unreachable, …); the relay keeps going and retries. */
   'relay:error': { readonly error: unknown; readonly during: 'claim' | 'flush' | 'outcome' | 'listen' }
   'relay:started': Record<string, never>

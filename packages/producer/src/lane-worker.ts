@@ -1,5 +1,6 @@
 import { spliceEnvelope } from '@outbox/protocol'
 import type { DeliveryOutcome, WebhookSender } from './delivery.js'
+import type { DeliveryTarget } from './delivery-target.js'
 import type { EventRef, RelayEventMap, RelayEvents } from './events.js'
 import type { MarkBuffer } from './mark-buffer.js'
 import { type EndpointEvent, LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
@@ -12,6 +13,7 @@ import { markStarted } from './sql/mark-started.js'
 import { parkLane } from './sql/park-lane.js'
 import { scheduleRetry } from './sql/schedule-retry.js'
 import { selectLaneEvents } from './sql/select-lane-events.js'
+import type { SubscriptionTargets } from './subscription-targets.js'
 
 /** What delivering one lane did. */
 export interface LaneResult {
@@ -25,6 +27,8 @@ export interface LaneContext {
   readonly options: ResolvedRelayOptions
   readonly runtime: RelayRuntime
   readonly sender: WebhookSender
+  /** Where each subscription's lanes go, with its secrets, timeout and retry rules. */
+  readonly targets: SubscriptionTargets
   readonly marks: MarkBuffer
   readonly events: RelayEvents
   /** True once the relay stops claiming: finish the current request, then hand the lane back. */
@@ -55,8 +59,9 @@ function toEvent(row: LaneEvent): EndpointEvent {
   }
 }
 
-function refOf(row: LaneEvent): EventRef {
+function refOf(lane: ClaimedLane, row: LaneEvent): EventRef {
   return {
+    subscriptionId: lane.subscriptionId,
     eventId: row.eventId,
     eventType: row.eventType,
     aggregateType: row.aggregateType,
@@ -76,6 +81,7 @@ export function reportTakeover(ctx: LaneContext, lane: ClaimedLane): void {
   const head = lane.events[0]
   if (!lane.takenOver || !head) return
   ctx.events.emit('lane:takeover', {
+    subscriptionId: lane.subscriptionId,
     aggregateType: lane.aggregateType,
     aggregateId: lane.aggregateId,
     eventId: head.eventId,
@@ -109,8 +115,10 @@ export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<
 
 async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<LaneResult> {
   const head = lane.events[0]
-  if (!head) {
-    // Its events were delivered by the previous owner between our claim and our read: just hand it back.
+  const target = ctx.targets.get(lane.subscriptionId)
+  if (!head || !target) {
+    // Its events were delivered by the previous owner between our claim and our read, or its subscription was
+    // disabled or deleted since the claim: just hand it back.
     ctx.marks.release({ claimToken: lane.claimToken, delivered: false })
     return NOTHING
   }
@@ -123,13 +131,13 @@ async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<Lane
       error: TAKEOVER_ERROR,
       attemptedAt: new Date(),
     }
-    return await settleFailure(ctx, lane, head, failure, lane.readAt, undefined)
+    return await settleFailure(ctx, target, lane, head, failure, lane.readAt, undefined)
   }
   if (lane.watchStarts && !(await markStarted(ctx.options, { claimToken: lane.claimToken }))) {
     // The claim is no longer ours (its lease ran out before we started): nothing to send, nothing to release.
     return NOTHING
   }
-  const { result, settled } = await deliverInOrder(ctx, lane)
+  const { result, settled } = await deliverInOrder(ctx, target, lane)
   // A failure's outcome (retry, park, dead letter) has released the lane already. Otherwise the release is not
   // awaited: the lane stays leased (no one, this relay included, can claim it) until the release is written in
   // the same statement as its marks, so the slot can take the next lane now instead of waiting for that write.
@@ -147,6 +155,7 @@ type RowStep = { readonly next: 'row' } | { readonly next: 'hand back' } | { rea
  */
 async function deliverInOrder(
   ctx: LaneContext,
+  target: DeliveryTarget,
   lane: ClaimedLane,
 ): Promise<{ result: LaneResult; settled: boolean }> {
   let delivered = 0
@@ -157,7 +166,7 @@ async function deliverInOrder(
   try {
     while (batch.length > 0) {
       for (const row of batch) {
-        const step = await deliverRow(ctx, lane, row, readAt, delivered)
+        const step = await deliverRow(ctx, target, lane, row, readAt, delivered)
         if ('settled' in step) {
           return { result: { ...step.settled, delivered: delivered + step.settled.delivered }, settled: true }
         }
@@ -179,15 +188,16 @@ async function deliverInOrder(
 /** Sends one row and records its outcome: a 2xx is marked, any other answer settles the lane. */
 async function deliverRow(
   ctx: LaneContext,
+  target: DeliveryTarget,
   lane: ClaimedLane,
   row: LaneEvent,
   readAt: number,
   deliveredBefore: number,
 ): Promise<RowStep> {
   const { options, sender, events, runtime } = ctx
-  const log = { lane: `${lane.aggregateType}:${lane.aggregateId}` }
+  const log = { subscription: target.name, lane: `${lane.aggregateType}:${lane.aggregateId}` }
   if (ctx.stopping()) return { next: 'hand back' }
-  if (runtime.clock.now() + options.requestTimeoutMs + LEASE_MARGIN_MS > lane.deadline) {
+  if (runtime.clock.now() + target.requestTimeoutMs + LEASE_MARGIN_MS > lane.deadline) {
     options.logger.debug(log, 'lease too short for another request; handing the lane back')
     return { next: 'hand back' }
   }
@@ -195,8 +205,8 @@ async function deliverRow(
   const attemptedAt = new Date()
   let outcome: DeliveryOutcome
   try {
-    const url = options.endpoint(event)
-    outcome = await sender.send(url, event, spliceEnvelope(event, row.payload), ctx.abort)
+    const url = target.url(event)
+    outcome = await sender.send(url, event, spliceEnvelope(event, row.payload), ctx.abort, target)
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
   }
@@ -211,7 +221,7 @@ async function deliverRow(
     })
     if (events.has('delivery:success')) {
       events.emit('delivery:success', {
-        ...refOf(row),
+        ...refOf(lane, row),
         httpStatus: outcome.httpStatus,
         deliveryStatus: outcome.deliveryStatus,
         attempts: row.attempts + 1,
@@ -223,7 +233,7 @@ async function deliverRow(
         { ...log, eventId: row.eventId, sequence: row.sequence },
         'consumer answered stale_ignored',
       )
-      events.emit('delivery:stale', { ...refOf(row), httpStatus: outcome.httpStatus })
+      events.emit('delivery:stale', { ...refOf(lane, row), httpStatus: outcome.httpStatus })
     }
     return { next: 'row' }
   }
@@ -234,7 +244,7 @@ async function deliverRow(
   // fenced by a released token would be dropped (and their events sent again).
   if (deliveredBefore > 0) await ctx.marks.flush()
   if (outcome.kind === 'conflict') {
-    const parkMs = conflictParkDelay(options.retrySchedule, lane.conflictCount + 1, runtime.random)
+    const parkMs = conflictParkDelay(target.retrySchedule, lane.conflictCount + 1, runtime.random)
     await parkLane(options, {
       claimToken: lane.claimToken,
       id: row.id,
@@ -247,6 +257,7 @@ async function deliverRow(
       'consumer answered 409; lane parked',
     )
     events.emit('lane:blocked', {
+      subscriptionId: lane.subscriptionId,
       aggregateType: lane.aggregateType,
       aggregateId: lane.aggregateId,
       reason: 'conflict',
@@ -263,7 +274,7 @@ async function deliverRow(
     error: outcome.error,
     attemptedAt,
   }
-  return { settled: await settleFailure(ctx, lane, row, failure, readAt, outcome.retryAfterMs) }
+  return { settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs) }
 }
 
 /**
@@ -311,6 +322,7 @@ async function nextBatch(
  */
 async function settleFailure(
   ctx: LaneContext,
+  target: DeliveryTarget,
   lane: ClaimedLane,
   row: LaneEvent,
   failure: FailedAttempt,
@@ -319,34 +331,37 @@ async function settleFailure(
 ): Promise<LaneResult> {
   const { options, events, runtime } = ctx
   const log = {
+    subscription: target.name,
     lane: `${lane.aggregateType}:${lane.aggregateId}`,
     eventId: row.eventId,
     sequence: row.sequence,
   }
   const failingMs = row.failingMs === null ? 0 : row.failingMs + Math.max(0, runtime.clock.now() - readAt)
   const decision = decideAfterFailure(
-    options.retrySchedule,
-    options.maxAttempts,
+    target.retrySchedule,
+    target.maxAttempts,
     retryAfterMs === undefined
       ? { attempts: failure.attempts, failingMs }
       : { attempts: failure.attempts, failingMs, retryAfterMs },
     runtime.random,
   )
   if (decision.kind === 'dead') {
-    await deadLetterHead(options, { failure, onExhausted: options.onExhausted })
+    const { onExhausted } = target
+    await deadLetterHead(options, { failure, onExhausted })
     options.logger.error(
       { ...log, attempts: failure.attempts, status: failure.httpStatus, error: failure.error },
       'event dead-lettered',
     )
     events.emit('delivery:dead', {
-      ...refOf(row),
+      ...refOf(lane, row),
       attempts: failure.attempts,
       httpStatus: failure.httpStatus,
       error: failure.error,
-      onExhausted: options.onExhausted,
+      onExhausted,
     })
-    if (options.onExhausted === 'block') {
+    if (onExhausted === 'block') {
       events.emit('lane:blocked', {
+        subscriptionId: lane.subscriptionId,
         aggregateType: lane.aggregateType,
         aggregateId: lane.aggregateId,
         reason: 'exhausted',
@@ -368,7 +383,7 @@ async function settleFailure(
     'delivery failed; will retry',
   )
   events.emit('delivery:retry', {
-    ...refOf(row),
+    ...refOf(lane, row),
     attempts: failure.attempts,
     httpStatus: failure.httpStatus,
     error: failure.error,

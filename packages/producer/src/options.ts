@@ -23,12 +23,28 @@ export type OnExhausted = 'skip' | 'block'
 export interface RelayOptions {
   /** The database holding the outbox (a Kysely instance on a pool; the relay never holds a connection between queries). */
   readonly db: Kysely<any>
-  /** The subscriber's URL, or a function of the event returning it. */
-  readonly endpoint: Endpoint
+  /**
+   * The subscriber's URL, or a function of the event returning it: the relay then serves the implicit subscription
+   * (`default`) only. Without it, the relay serves the stored subscriptions (see `createSubscription`): every
+   * enabled one, or those named in {@link RelayOptions.subscriptions}.
+   */
+  readonly endpoint?: Endpoint
+  /**
+   * Ids of the stored subscriptions this relay serves (a relay dedicated to a large tenant, say); the others are
+   * left to other relays. Only without `endpoint`. @defaultValue every enabled stored subscription
+   */
+  readonly subscriptions?: readonly string[]
+  /**
+   * Let stored subscriptions' URLs reach loopback, private and link-local addresses. Subscription URLs are
+   * customer input, so by default the relay refuses to connect to such addresses, checked on the resolved address
+   * at connect time (a DNS name that later resolves inside your network is refused too). Turn it on for tests and
+   * internal services. The `endpoint` is the operator's and is never restricted. @defaultValue false
+   */
+  readonly allowPrivateNetworks?: boolean
   /**
    * Standard Webhooks secret(s) `whsec_…` of at least 24 bytes; with several, every request carries one signature
-   * per secret (rotation). Without one, requests go out unsigned and the relay warns once, at the first.
-   * @defaultValue none: unsigned
+   * per secret (rotation). Without one, requests go out unsigned and the relay warns once, at the first. For the
+   * `endpoint` only: stored subscriptions carry their own secrets. @defaultValue none: unsigned
    */
   readonly secret?: string | readonly string[]
   /** @deprecated Use {@link RelayOptions.secret} (the consumer's and Standard Webhooks' word). */
@@ -88,7 +104,11 @@ export const LEASE_MARGIN_MS = 250
 /** {@link RelayOptions} checked, defaulted and frozen. */
 export interface ResolvedRelayOptions {
   readonly db: Kysely<any>
-  readonly endpoint: (event: EndpointEvent) => string
+  /** Undefined when the relay serves stored subscriptions. */
+  readonly endpoint: ((event: EndpointEvent) => string) | undefined
+  /** The stored subscriptions to serve: undefined for all (or for none, when `endpoint` is set). */
+  readonly subscriptions: readonly string[] | undefined
+  readonly allowPrivateNetworks: boolean
   readonly signingKeys: readonly SigningKey[]
   readonly leaseMs: number
   readonly requestTimeoutMs: number
@@ -114,6 +134,8 @@ const KNOWN: Readonly<Record<keyof RelayOptions, true>> = {
   endpoint: true,
   secret: true,
   signingSecret: true,
+  subscriptions: true,
+  allowPrivateNetworks: true,
   leaseMs: true,
   requestTimeoutMs: true,
   batchSize: true,
@@ -177,6 +199,30 @@ export function checkEndpointUrl(url: unknown, name = 'endpoint'): string {
   return url
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+/** Checks {@link RelayOptions.subscriptions}: subscription ids, and only for a relay without `endpoint`. */
+function checkSubscriptionIds(ids: unknown, hasEndpoint: boolean): readonly string[] | undefined {
+  if (ids === undefined) return undefined
+  if (hasEndpoint) {
+    invalid(
+      'subscriptions',
+      undefined,
+      (spell) =>
+        `give ${spell('endpoint')} or ${spell('subscriptions')}, not both: a relay with an endpoint serves the implicit subscription only`,
+    )
+  }
+  if (!Array.isArray(ids) || ids.length === 0 || ids.some((id) => typeof id !== 'string' || !UUID.test(id))) {
+    invalid(
+      'subscriptions',
+      undefined,
+      (spell) =>
+        `${spell('subscriptions')} must be a non-empty array of subscription ids (uuids, as createSubscription returns them)`,
+    )
+  }
+  return Object.freeze(ids.map((id: string) => id.toLowerCase()))
+}
+
 /** Validates relay options once, at construction, with messages that say what to change. */
 export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions {
   if (typeof options !== 'object' || options === null) {
@@ -208,11 +254,28 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
         `${spell('db')} must be a Kysely instance (new Kysely({ dialect: new PostgresDialect({ pool }) }))`,
     )
   }
-  let endpoint: (event: EndpointEvent) => string
+  let endpoint: ((event: EndpointEvent) => string) | undefined
   if (typeof options.endpoint === 'function') endpoint = options.endpoint
-  else {
+  else if (options.endpoint !== undefined) {
     const url = checkEndpointUrl(options.endpoint)
     endpoint = () => url
+  }
+  const subscriptions = checkSubscriptionIds(options.subscriptions, endpoint !== undefined)
+  if (endpoint === undefined && (options.secret ?? options.signingSecret) !== undefined) {
+    invalid(
+      options.secret === undefined ? 'signingSecret' : 'secret',
+      undefined,
+      (spell) =>
+        `${spell('secret')} signs the ${spell('endpoint')}'s requests, and no endpoint was given: stored subscriptions carry their own secrets (createSubscription); give both for the implicit subscription, or neither`,
+    )
+  }
+  const allowPrivateNetworks = options.allowPrivateNetworks ?? false
+  if (typeof allowPrivateNetworks !== 'boolean') {
+    invalid(
+      'allowPrivateNetworks',
+      allowPrivateNetworks,
+      (spell, got) => `${spell('allowPrivateNetworks')} must be true or false; got ${got}`,
+    )
   }
   if (options.secret !== undefined && options.signingSecret !== undefined) {
     invalid(
@@ -296,6 +359,8 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   return Object.freeze({
     db,
     endpoint,
+    subscriptions,
+    allowPrivateNetworks,
     signingKeys,
     leaseMs,
     requestTimeoutMs,

@@ -11,6 +11,7 @@ import { notifyChannel } from './schema-name.js'
 import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
 import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
+import { SubscriptionTargets } from './subscription-targets.js'
 import { UNSIGNED_WARNING } from './unsigned-warning.js'
 
 /** What one {@link Relay.runOnce} did. */
@@ -104,6 +105,13 @@ export class Relay {
   readonly #runtime: RelayRuntime
   readonly #events: RelayEvents
   readonly #sender: WebhookSender
+  readonly #targets: SubscriptionTargets
+  /** Lanes held per subscription (claimed ahead or in delivery), for fair claims and slots between subscriptions. */
+  readonly #held = new Map<string, number>()
+  /** Lanes in delivery per subscription. */
+  readonly #activeBySubscription = new Map<string, number>()
+  /** Clock time of the last claim, so subscriptions holding no lane are looked for at most once a poll interval. */
+  #lastClaimAt = Number.NEGATIVE_INFINITY
   readonly #marks: MarkBuffer
   readonly #context: LaneContext
   readonly #active = new Set<Promise<LaneResult>>()
@@ -144,6 +152,7 @@ export class Relay {
       clock: this.#runtime.clock,
       onUnsigned: () => this.#options.logger.warn({ signed: false }, UNSIGNED_WARNING),
     })
+    this.#targets = new SubscriptionTargets(this.#options, this.#events, this.#runtime.clock)
     this.#marks = new MarkBuffer({
       write: async (marks, releases) => {
         const notifiedBefore = this.#notifications
@@ -162,6 +171,7 @@ export class Relay {
       options: this.#options,
       runtime: this.#runtime,
       sender: this.#sender,
+      targets: this.#targets,
       marks: this.#marks,
       events: this.#events,
       stopping: () => this.#state === 'stopping',
@@ -196,6 +206,7 @@ export class Relay {
         this.#state = 'stopping'
         this.#closed = true
         this.#marks.abandon()
+        for (const lane of this.#ready) this.#count(this.#held, lane.subscriptionId, -1)
         this.#ready = []
         this.#sender.abortAll()
       },
@@ -234,7 +245,9 @@ export class Relay {
    */
   async runOnce(): Promise<RunOnceResult> {
     await this.#setUpMetrics()
-    const { lanes } = await this.#claim(this.#options.concurrency, this.#context.bytesLeft())
+    await this.#targets.refresh()
+    const { concurrency } = this.#options
+    const { lanes } = await this.#claim(this.#rooms(concurrency), concurrency, this.#context.bytesLeft())
     const results = await Promise.all(lanes.map((lane) => this.#deliver(lane)))
     await this.#marks.flush()
     return results.reduce<RunOnceResult>(
@@ -340,6 +353,7 @@ export class Relay {
     // Lanes claimed ahead but never started go back untouched, in the same flush as everything else.
     for (const lane of this.#ready.splice(0)) {
       this.#heldBytes -= lane.heldBytes
+      this.#count(this.#held, lane.subscriptionId, -1)
       this.#marks.release({ claimToken: lane.claimToken, delivered: false })
     }
     await Promise.race([this.#marks.flush(), sleep(clock, STOP_GRACE_MS)])
@@ -388,19 +402,28 @@ export class Relay {
    * claim, or one whose scan window filled up, may leave more due lanes behind it: then go again at once.
    * Otherwise wait for a lane to finish (when room was what stopped us), a NOTIFY, a release with work left, or the
    * poll interval.
+   *
+   * With several subscriptions, each gets a room of its own (see {@link Relay.#rooms}), and a subscription holding
+   * no lane is looked for even when the others fill the relay — at most once a poll interval — so a slow or
+   * backlogged subscription can never keep another one's lanes from being claimed.
    */
   async #pass(): Promise<Pass> {
-    const { concurrency } = this.#options
+    const { concurrency, pollIntervalMs } = this.#options
     const refillAt = Math.ceil(concurrency / 2)
+    await this.#targets.refresh()
     this.#startReady()
     const wanted = 2 * concurrency - this.#active.size - this.#ready.length
     const slotFree = this.#active.size < concurrency
     const bytesLeft = this.#context.bytesLeft()
+    const rooms = this.#rooms(2 * concurrency)
+    const idleRoom = rooms.reduce((sum, room) => sum + (this.#held.has(room.id) ? 0 : room.room), 0)
+    const lookForIdle = idleRoom > 0 && this.#runtime.clock.now() - this.#lastClaimAt >= pollIntervalMs
+    const lanes = Math.max(wanted, lookForIdle ? idleRoom : 0)
     let claimed = 0
     let windowFull = false
     let budgetFull = bytesLeft <= 0
-    if (wanted > 0 && !budgetFull && (wanted >= refillAt || slotFree)) {
-      const result = await this.#claim(wanted, bytesLeft)
+    if (lanes > 0 && !budgetFull && (wanted >= refillAt || slotFree || lookForIdle)) {
+      const result = await this.#claim(rooms, lanes, bytesLeft)
       if (this.#state !== 'running') {
         // Stopped (or crashed) while the claim ran: its lanes were never started.
         this.#giveBack(result.lanes)
@@ -412,9 +435,37 @@ export class Relay {
       this.#ready.push(...result.lanes)
       this.#startReady()
     }
-    const more = wanted > 0 && !budgetFull && (claimed === wanted || windowFull)
-    this.#roomBound = more || wanted <= 0 || budgetFull || (wanted < refillAt && !slotFree)
+    const more = wanted > 0 && !budgetFull && (claimed === lanes || windowFull)
+    this.#roomBound = more || wanted <= 0 || budgetFull || (wanted < refillAt && !slotFree) || idleRoom > 0
     return more ? 'again' : 'wait'
+  }
+
+  /**
+   * How many lanes each served subscription may be given by the next claim, out of `capacity` held lanes (claimed
+   * ahead or in delivery). One subscription gets all of it. With several, a subscription holding lanes may hold
+   * its even share among those holding lanes, and one holding none may take the share it would have if it joined
+   * them: so a subscription that is slow or has a backlog keeps, at most, its share, and another one's lanes are
+   * claimed as soon as they are due.
+   */
+  #rooms(capacity: number): { id: string; room: number }[] {
+    const served = this.#targets.served()
+    if (served.length === 1) {
+      const held = this.#held.get(served[0]!) ?? 0
+      return [{ id: served[0]!, room: Math.max(0, capacity - held) }]
+    }
+    const holding = served.filter((id) => this.#held.has(id)).length
+    return served.map((id) => {
+      const held = this.#held.get(id)
+      const share = Math.ceil(capacity / (held === undefined ? holding + 1 : Math.max(1, holding)))
+      return { id, room: Math.max(0, share - (held ?? 0)) }
+    })
+  }
+
+  /** Adds `delta` to a per-subscription count, dropping it at zero (so `has` means "holds some"). */
+  #count(counts: Map<string, number>, subscriptionId: string, delta: number): void {
+    const next = (counts.get(subscriptionId) ?? 0) + delta
+    if (next > 0) counts.set(subscriptionId, next)
+    else counts.delete(subscriptionId)
   }
 
   /**
@@ -424,7 +475,10 @@ export class Relay {
    * leased until its lease runs out.
    */
   #giveBack(lanes: readonly ClaimedLane[]): void {
-    for (const lane of lanes) this.#heldBytes -= lane.heldBytes
+    for (const lane of lanes) {
+      this.#heldBytes -= lane.heldBytes
+      this.#count(this.#held, lane.subscriptionId, -1)
+    }
     if (this.#crashed || lanes.length === 0) return
     const releases = lanes.map((lane) => ({ claimToken: lane.claimToken, delivered: false }))
     void markSentAndRelease(this.#options, { marks: [], releases }).catch((error: unknown) =>
@@ -432,10 +486,14 @@ export class Relay {
     )
   }
 
-  /** Moves ready lanes into free delivery slots; a lane that finishes starts the next one itself. */
+  /**
+   * Moves ready lanes into free delivery slots; a lane that finishes starts the next one itself. With several
+   * subscriptions ready, the slot goes to the one with the fewest lanes in delivery: a slow subscription that
+   * filled the slots gets no more of them while another one's lanes wait, so each keeps its share.
+   */
   #startReady(): void {
     while (this.#state === 'running' && this.#active.size < this.#options.concurrency) {
-      const lane = this.#ready.shift()
+      const lane = this.#nextReady()
       if (!lane) return
       const work = this.#deliver(lane)
       this.#active.add(work)
@@ -448,6 +506,21 @@ export class Relay {
         if (this.#roomBound || result.failed > 0 || result.dead > 0) this.#requestWake()
       })
     }
+  }
+
+  #nextReady(): ClaimedLane | undefined {
+    if (this.#activeBySubscription.size === 0 || this.#ready.length <= 1) return this.#ready.shift()
+    let best = 0
+    let bestActive = Number.POSITIVE_INFINITY
+    for (let index = 0; index < this.#ready.length; index++) {
+      const active = this.#activeBySubscription.get(this.#ready[index]!.subscriptionId) ?? 0
+      if (active < bestActive) {
+        best = index
+        bestActive = active
+        if (active === 0) break
+      }
+    }
+    return this.#ready.splice(best, 1)[0]
   }
 
   /** Waits `ms`, or less when a wake-up arrives (NOTIFY, a lane finishing, stop). A wake-up that came while the
@@ -469,13 +542,19 @@ export class Relay {
     })
   }
 
-  async #claim(lanes: number, maxBytes: number): Promise<ClaimResult> {
+  async #claim(
+    subscriptions: readonly { id: string; room: number }[],
+    lanes: number,
+    maxBytes: number,
+  ): Promise<ClaimResult> {
     const { leaseMs, batchSize } = this.#options
     this.#claiming = true
+    this.#lastClaimAt = this.#runtime.clock.now()
     let result: ClaimResult
     try {
       // The resolved options are the SQL context (db, schema): nothing is built per claim.
       result = await claimLanes(this.#options, {
+        subscriptions: subscriptions.filter((subscription) => subscription.room > 0),
         lanes,
         leaseMs,
         scanRows: Math.max(lanes * SCAN_ROWS_PER_LANE, 256),
@@ -486,16 +565,22 @@ export class Relay {
     } finally {
       this.#claiming = false
     }
-    for (const lane of result.lanes) this.#heldBytes += lane.heldBytes
-    for (const lane of result.lanes) reportTakeover(this.#context, lane)
+    for (const lane of result.lanes) {
+      this.#heldBytes += lane.heldBytes
+      this.#count(this.#held, lane.subscriptionId, 1)
+      reportTakeover(this.#context, lane)
+    }
     return result
   }
 
   async #deliver(lane: ClaimedLane): Promise<LaneResult> {
+    this.#count(this.#activeBySubscription, lane.subscriptionId, 1)
     try {
       return await deliverLane(this.#context, lane)
     } finally {
       this.#heldBytes -= lane.heldBytes
+      this.#count(this.#activeBySubscription, lane.subscriptionId, -1)
+      this.#count(this.#held, lane.subscriptionId, -1)
     }
   }
 

@@ -37,6 +37,8 @@ const PRODUCER_TABLES = [
   'outbox',
   'outbox_counter',
   'outbox_lane',
+  'outbox_subscription',
+  'outbox_subscription_secret',
   PRODUCER_MIGRATION_TABLE,
   `${PRODUCER_MIGRATION_TABLE}_lock`,
 ].sort()

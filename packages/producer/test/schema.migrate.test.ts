@@ -19,6 +19,8 @@ const PRODUCER_TABLES = [
   'outbox',
   'outbox_counter',
   'outbox_lane',
+  'outbox_subscription',
+  'outbox_subscription_secret',
   PRODUCER_MIGRATION_TABLE,
   `${PRODUCER_MIGRATION_TABLE}_lock`,
 ]
@@ -32,6 +34,7 @@ const PRODUCER_MIGRATIONS = [
   '0005_enqueue_inline',
   '0006_claim_hashed_busy',
   '0007_liveness',
+  '0008_subscriptions',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */
@@ -40,6 +43,21 @@ async function dropFunction(db: Kysely<any>, schema: string, name: string): Prom
     SELECT p.oid::regprocedure::text AS signature FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
     WHERE n.nspname = ${schema} AND p.proname = ${name}`.execute(db)
   for (const { signature } of rows) await sql.raw(`DROP FUNCTION ${signature}`).execute(db)
+}
+
+/** Takes 0008 (subscriptions) back out of a schema, as the release before it left the schema. */
+async function rollBackSubscriptions(db: Kysely<any>, schema: string): Promise<void> {
+  for (const name of ['outbox_insert_deliveries', 'outbox_type_matches']) await dropFunction(db, schema, name)
+  await sql
+    .raw(`
+      DROP FUNCTION ${schema}.outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text);
+      DROP FUNCTION ${schema}.outbox_claim_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint);
+      DROP TABLE ${schema}.outbox_subscription_secret, ${schema}.outbox_subscription;
+      ALTER TABLE ${schema}.outbox DROP COLUMN subscription_id, DROP COLUMN tenant;
+      ALTER TABLE ${schema}.outbox_lane DROP COLUMN subscription_id;
+      ALTER TABLE ${schema}.outbox_lane ADD PRIMARY KEY (aggregate_type, aggregate_id);
+      DELETE FROM ${schema}.outbox_producer_migration WHERE name >= '0008';`)
+    .execute(db)
 }
 
 /** Every producer table, column, index and constraint of a schema, as the catalog describes them. */
@@ -99,11 +117,18 @@ describe('migrate', () => {
     const tables = new Set(shape.columns.map((line) => line.split('.')[0]))
     expect([...tables].sort()).toEqual([...PRODUCER_TABLES].sort())
     expect(shape.indexes.join('\n')).toMatch(
-      /outbox_pending_lane_idx .*\(aggregate_type, aggregate_id, sequence\).*WHERE \(status = 'pending'::text\)/,
+      /outbox_pending_lane_idx .*\(subscription_id, aggregate_type, aggregate_id, sequence\).*WHERE \(status = 'pending'::text\)/,
     )
-    expect(shape.constraints).toContain('outbox UNIQUE (aggregate_type, aggregate_id, sequence)')
+    expect(shape.indexes.join('\n')).toMatch(
+      /outbox_delivery_sequence_idx ON outbox USING btree \(subscription_id, aggregate_type, aggregate_id, sequence\)/,
+    )
+    expect(shape.indexes.join('\n')).toMatch(
+      /outbox_event_subscription_idx ON outbox USING btree \(event_id, subscription_id\)/,
+    )
     expect(shape.constraints).toContain('outbox_counter PRIMARY KEY (aggregate_type, aggregate_id)')
-    expect(shape.constraints).toContain('outbox_lane PRIMARY KEY (aggregate_type, aggregate_id)')
+    expect(shape.constraints).toContain(
+      'outbox_lane PRIMARY KEY (subscription_id, aggregate_type, aggregate_id)',
+    )
   })
 
   it('upgrades a schema made by an earlier version, and owner writes then find lanes by claim token', async () => {
@@ -134,7 +159,12 @@ describe('migrate', () => {
   it('enqueue on a schema not yet migrated to this version says to migrate, and works once it is', async () => {
     await migrate(t.db, { schema: 'tenant_stale' })
     // As the second release left it: no enqueue functions (nor anything later).
-    for (const name of ['outbox_enqueue', 'outbox_new_row_due', 'outbox_claim_lanes']) {
+    for (const name of [
+      'outbox_enqueue',
+      'outbox_new_row_due',
+      'outbox_claim_lanes',
+      'outbox_insert_deliveries',
+    ]) {
       await dropFunction(t.db, 'tenant_stale', name)
     }
     await sql`DELETE FROM tenant_stale.outbox_producer_migration WHERE name >= '0003'`.execute(t.db)
@@ -156,8 +186,9 @@ describe('migrate', () => {
 
   it('every writer on a schema left at migration 0006 says to migrate, and works once it is', async () => {
     await migrate(t.db, { schema: 'tenant_0006' })
-    // As the release before 0007 left it: no payload sizes, no takeover watch, no seven-argument enqueue or
-    // five-argument claim.
+    // As the release before 0007 left it: no subscriptions, no payload sizes, no takeover watch, no seven-argument
+    // enqueue or five-argument claim.
+    await rollBackSubscriptions(t.db, 'tenant_0006')
     await sql`DROP FUNCTION tenant_0006.outbox_enqueue(uuid, text, text, text, jsonb, integer, text)`.execute(
       t.db,
     )
@@ -286,14 +317,17 @@ describe('migrate', () => {
       await sql`SET LOCAL search_path TO tenant_gone`.execute(trx)
       // As the README's "Migrations go forward only" gives them: keep the two in step.
       await sql`DROP FUNCTION IF EXISTS
+        outbox_claim_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint),
         outbox_claim_lanes(integer, bigint, integer, integer, bigint),
         outbox_claim_lanes(integer, bigint, integer, integer),
+        outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text),
         outbox_enqueue(uuid, text, text, text, jsonb, integer, text),
         outbox_enqueue(uuid, text, text, text, jsonb, text),
+        outbox_insert_deliveries(uuid, text, text, bigint, text, jsonb, integer, text),
+        outbox_type_matches(text[], text),
         outbox_new_row_due(text, text)`.execute(trx)
-      await sql`DROP TABLE IF EXISTS outbox, outbox_counter, outbox_lane, outbox_producer_migration, outbox_producer_migration_lock`.execute(
-        trx,
-      )
+      await sql`DROP TABLE IF EXISTS outbox, outbox_counter, outbox_lane, outbox_subscription_secret, outbox_subscription,
+        outbox_producer_migration, outbox_producer_migration_lock`.execute(trx)
     })
     // Tables, indexes, sequences, functions and types: nothing of the producer's is left in the schema.
     const { rows } = await sql<{ objects: string }>`

@@ -1,3 +1,4 @@
+import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { Logger, Relay } from '../index.js'
 import { explainDatabaseError } from './describe-error.js'
 import type { DatabaseTarget } from './open-database.js'
@@ -41,8 +42,12 @@ export function createCliLogger(format: LogFormat, minimum: LogLevel, stream: No
       stream.write(`${JSON.stringify({ time, level, msg: message, ...Object.fromEntries(entries) })}\n`)
       return
     }
-    const { aggregateType, aggregateId, ...rest } = fields
+    const { aggregateType, aggregateId, subscriptionId, ...rest } = fields
     const parts = [time, level.toUpperCase().padEnd(5), message]
+    // A single-endpoint relay's lines stay as they were: the implicit subscription goes without saying.
+    if (subscriptionId !== undefined && subscriptionId !== IMPLICIT_SUBSCRIPTION_ID) {
+      parts.push(`subscriptionId=${textValue(subscriptionId)}`)
+    }
     if (aggregateType !== undefined) parts.push(`lane=${textValue(`${aggregateType}:${aggregateId}`)}`)
     for (const [key, value] of Object.entries(rest)) {
       if (value !== undefined && value !== null) parts.push(`${key}=${textValue(value)}`)

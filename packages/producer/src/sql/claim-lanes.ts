@@ -1,5 +1,6 @@
-// outbox_claim_lanes — body in force: migration 0007 (its five-argument overload; the function dates from 0004).
+// outbox_claim_lanes — body in force: migration 0008 (its seven-argument overload; the function dates from 0004).
 import { sql } from 'kysely'
+import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { Clock } from '../runtime.js'
 import { withCurrentSchema } from '../schema-outdated.js'
 import type { ClaimedLane, LaneEvent } from './claimed-lane.js'
@@ -19,7 +20,13 @@ export interface ClaimResult {
 
 /** What a claim asks for. */
 export interface ClaimRequest {
-  /** Most lanes to claim. */
+  /**
+   * The subscriptions to claim for, each with its room: the most lanes it may get from this claim (the database
+   * lowers it further to what the subscription's `maxInFlight` leaves across relays).
+   * @defaultValue the implicit subscription alone, with room for `lanes`
+   */
+  readonly subscriptions?: readonly { readonly id: string; readonly room: number }[]
+  /** Most lanes to claim in all. */
   readonly lanes: number
   /** Lease of each claimed lane, in database time. */
   readonly leaseMs: number
@@ -35,6 +42,7 @@ export interface ClaimRequest {
 
 /** One row of `outbox_claim_lanes`: a claimed lane, with one of its events or (when it has none) nulls. */
 interface ClaimRow {
+  subscription_id: string
   aggregate_type: string
   aggregate_id: string
   claim_token: string
@@ -66,6 +74,8 @@ type LaneInProgress = Omit<ClaimedLane, 'events' | 'heldBytes'> & { events: Lane
  * it returns).
  *
  * Shape of the claim, and the races it closes:
+ * - Each served subscription's due rows are scanned on their own, and lanes are taken in turns across
+ *   subscriptions, each up to its room: a backlogged subscription cannot fill the window another one needs.
  * - Candidates come from the due index (`available_at <= now()` over pending rows), skipping rows of lanes under
  *   a live lease, so lanes waiting in backoff are never scanned and in-flight lanes cost one hash probe per row
  *   (the leased lanes are hashed once per claim, whatever the statistics say: migration 0006).
@@ -97,6 +107,8 @@ type LaneInProgress = Omit<ClaimedLane, 'events' | 'heldBytes'> & { events: Lane
 export async function claimLanes(ctx: SqlContext, request: ClaimRequest): Promise<ClaimResult> {
   const { db, schema } = ctx
   const { lanes, leaseMs, scanRows, batchSize, maxBytes, clock } = request
+  const subscriptions = request.subscriptions ?? [{ id: IMPLICIT_SUBSCRIPTION_ID, room: lanes }]
+  if (subscriptions.length === 0) return { lanes: [], windowFull: false, budgetFull: false }
   // Taken before the claim is sent: the local deadline can only be earlier than the database's.
   const claimedAt = clock.now()
   const deadline = claimedAt + leaseMs
@@ -104,7 +116,7 @@ export async function claimLanes(ctx: SqlContext, request: ClaimRequest): Promis
   const { rows } = await withCurrentSchema(schema, () =>
     sql<ClaimRow>`
       SELECT * FROM ${sql.id(schema, 'outbox_claim_lanes')}(
-        ${lanes}::integer, ${leaseMs}::bigint, ${scanRows}::integer, ${batchSize}::integer, ${maxBytes}::bigint
+        ${subscriptions.map((s) => s.id)}::uuid[], ${subscriptions.map((s) => s.room)}::integer[], ${lanes}::integer, ${leaseMs}::bigint, ${scanRows}::integer, ${batchSize}::integer, ${maxBytes}::bigint
       )`.execute(db),
   )
   const readAt = clock.now()
@@ -114,6 +126,7 @@ export async function claimLanes(ctx: SqlContext, request: ClaimRequest): Promis
   for (const row of rows) {
     if (lane?.claimToken !== row.claim_token) {
       lane = {
+        subscriptionId: row.subscription_id,
         aggregateType: row.aggregate_type,
         aggregateId: row.aggregate_id,
         claimToken: row.claim_token,

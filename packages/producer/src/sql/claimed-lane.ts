@@ -22,6 +22,8 @@ export interface LaneEvent {
 
 /** A lane a relay now owns, with the events its claim read and the relay-clock times around that claim. */
 export interface ClaimedLane {
+  /** The subscription this lane delivers to (the nil uuid for the implicit `endpoint` subscription). */
+  readonly subscriptionId: string
   readonly aggregateType: string
   readonly aggregateId: string
   readonly claimToken: string

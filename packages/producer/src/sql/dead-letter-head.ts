@@ -29,7 +29,7 @@ export async function deadLetterHead(
           blocked_at = CASE WHEN ${block} THEN now() WHEN blocked_reason = 'conflict' THEN NULL ELSE blocked_at END,
           conflict_count = 0, watch_starts = false
       WHERE claim_token = ${failure.claimToken}
-      RETURNING aggregate_type, aggregate_id
+      RETURNING subscription_id, aggregate_type, aggregate_id
     ), head AS (
       UPDATE ${outbox} o
       SET status = 'dead', dead_at = now(), attempts = ${failure.attempts}, last_status = ${failure.httpStatus},
@@ -41,7 +41,8 @@ export async function deadLetterHead(
       UPDATE ${outbox} o
       SET available_at = CASE WHEN ${block} THEN 'infinity'::timestamptz ELSE now() END
       FROM released
-      WHERE o.aggregate_type = released.aggregate_type AND o.aggregate_id = released.aggregate_id
+      WHERE o.subscription_id = released.subscription_id AND o.aggregate_type = released.aggregate_type
+        AND o.aggregate_id = released.aggregate_id
         AND o.status = 'pending' AND o.id <> ${failure.id}
     )
     SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)

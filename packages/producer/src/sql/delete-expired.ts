@@ -14,11 +14,12 @@ function expired(schema: string, alias: string, status: 'sent' | 'dead', olderTh
   // at 'infinity' for good.
   return sql`${age} AND NOT EXISTS (
     SELECT 1 FROM ${lane} l
-    WHERE l.aggregate_type = ${o}.aggregate_type AND l.aggregate_id = ${o}.aggregate_id
-      AND l.blocked_reason = 'exhausted'
+    WHERE l.subscription_id = ${o}.subscription_id AND l.aggregate_type = ${o}.aggregate_type
+      AND l.aggregate_id = ${o}.aggregate_id AND l.blocked_reason = 'exhausted'
       AND NOT EXISTS (
         SELECT 1 FROM ${outbox} later
-        WHERE later.aggregate_type = ${o}.aggregate_type AND later.aggregate_id = ${o}.aggregate_id
+        WHERE later.subscription_id = ${o}.subscription_id AND later.aggregate_type = ${o}.aggregate_type
+          AND later.aggregate_id = ${o}.aggregate_id
           AND later.status = 'dead' AND later.sequence > ${o}.sequence
       )
   )`

@@ -1,4 +1,4 @@
-// outbox_enqueue — body in force: migration 0007 (its seven-argument overload; the function dates from 0003).
+// outbox_enqueue — body in force: migration 0008 (its eight-argument overload; the function dates from 0003).
 import { CompiledQuery, sql, type Transaction } from 'kysely'
 import type { ValidatedEvent } from '../event-input.js'
 import { withCurrentSchema } from '../schema-outdated.js'
@@ -10,7 +10,7 @@ export interface EnqueuedEvent {
   readonly sequence: number
 }
 
-/** The function's arguments, in its parameter order (the seven-argument overload of migration 0007). */
+/** The function's arguments, in its parameter order (the eight-argument overload of migration 0008). */
 const ARGUMENTS = [
   'eventId',
   'aggregateType',
@@ -18,6 +18,7 @@ const ARGUMENTS = [
   'eventType',
   'payloadJson',
   'payloadBytes',
+  'tenant',
   'channel',
 ] as const
 
@@ -30,7 +31,8 @@ function callText(trx: Transaction<any>, schema: string): string {
     // Raw SQL: a function call, compiled once and then sent as text (no Kysely query built per enqueue).
     const compiled = sql`SELECT ${sql.id(schema, 'outbox_enqueue')}(
       ${sql.val(ARGUMENTS[0])}, ${sql.val(ARGUMENTS[1])}, ${sql.val(ARGUMENTS[2])}, ${sql.val(ARGUMENTS[3])},
-      ${sql.val(ARGUMENTS[4])}::jsonb, ${sql.val(ARGUMENTS[5])}::integer, ${sql.val(ARGUMENTS[6])}
+      ${sql.val(ARGUMENTS[4])}::jsonb, ${sql.val(ARGUMENTS[5])}::integer, ${sql.val(ARGUMENTS[6])}::text,
+      ${sql.val(ARGUMENTS[7])}::text
     ) AS sequence`.compile(trx)
     // Each argument must land in its own parameter, in order; anything else would pass values to the wrong ones.
     if (compiled.parameters.join() !== ARGUMENTS.join()) {
@@ -44,8 +46,9 @@ function callText(trx: Transaction<any>, schema: string): string {
 
 /**
  * Enqueues one event in ONE round trip, through the schema's `outbox_enqueue` function (made cheaper by 0005,
- * given the payload's size by 0007): bump the aggregate's counter, make sure its lane row exists, insert the event
- * with the lane's due time, and NOTIFY. A schema without that function is thrown as `ERR_OUTBOX_SCHEMA_OUTDATED`.
+ * given the payload's size by 0007, fanned out to subscriptions by 0008): bump the aggregate's counter, and for
+ * each enabled subscription that wants the event make sure its lane row exists and insert the event with that
+ * lane's due time; NOTIFY when any did. A schema without that function is thrown as `ERR_OUTBOX_SCHEMA_OUTDATED`.
  *
  * Why a counter row and not `MAX(sequence) + 1`: the upsert's row lock makes writers of one aggregate wait for each
  * other until commit, so sequence order is commit order, a rollback leaves no gap, and concurrent writers never
@@ -71,6 +74,7 @@ export async function insertEvent(
         event.eventType,
         event.payloadJson,
         event.payloadBytes,
+        event.tenant,
         channel,
       ]),
     ),

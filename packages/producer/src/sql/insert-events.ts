@@ -1,4 +1,4 @@
-// outbox_new_row_due — body in force: migration 0003.
+// outbox_insert_deliveries — body in force: migration 0008.
 import { sql, type Transaction } from 'kysely'
 import type { ValidatedEvent } from '../event-input.js'
 import { withCurrentSchema } from '../schema-outdated.js'
@@ -7,12 +7,13 @@ import type { TransactionContext } from './sql-context.js'
 
 /**
  * Enqueues several events: one counter upsert per aggregate, taken in sorted key order (byte order, as a redrive
- * locks them), then one multi-row insert.
+ * locks them), then one statement that fans each event out to the subscriptions that want it, in the given order
+ * (the schema's `outbox_insert_deliveries`, as enqueue does).
  *
  * Why sorted: two transactions enqueueing for aggregates A and B in opposite orders would otherwise each hold one
  * counter row and wait for the other's (deadlock, 40P01). Taking counter locks in one global order makes that
  * impossible. Each aggregate's counter is bumped once by its number of events, so the events of one call get
- * consecutive sequences in the order they were given. A schema without the function the rows' due time comes from is
+ * consecutive sequences in the order they were given. A schema without the fan-out function is
  * thrown as `ERR_OUTBOX_SCHEMA_OUTDATED`.
  */
 export async function insertEvents(
@@ -62,31 +63,23 @@ async function writeEvents(
       sequences[eventIndex] = last - count + 1 + position
     })
   }
-  const outbox = sql.id(schema, 'outbox')
-  const lane = sql.id(schema, 'outbox_lane')
-  const notify = channel === null ? sql`` : sql`, pg_notify(${channel}, '')`
-  // Raw SQL: one statement of data-modifying CTEs over unnest arrays, ending in the schema's function and NOTIFY.
+  const deliveries = sql.id(schema, 'outbox_insert_deliveries')
+  const notify =
+    channel === null ? sql`` : sql`, CASE WHEN sum(d.taken) > 0 THEN pg_notify(${channel}, '') END`
+  // Raw SQL: the schema's fan-out function (the one enqueue uses) over unnest arrays, in the given order, in one
+  // statement ending in the NOTIFY when any subscription took an event.
   await sql`
-    WITH input AS (
-      SELECT * FROM unnest(
+    SELECT sum(d.taken)${notify} FROM (
+      SELECT ${deliveries}(t.event_id, t.aggregate_type, t.aggregate_id, t.sequence, t.event_type, t.payload,
+                           t.payload_bytes, t.tenant) AS taken
+      FROM unnest(
         ${eventIds}::uuid[], ${events.map((e) => e.aggregateType)}::text[], ${events.map((e) => e.aggregateId)}::text[],
         ${sequences}::bigint[], ${events.map((e) => e.eventType)}::text[], ${events.map((e) => e.payloadJson)}::jsonb[],
-        ${events.map((e) => e.payloadBytes)}::integer[]
-      ) AS t(event_id, aggregate_type, aggregate_id, sequence, event_type, payload, payload_bytes)
-    ), lane AS (
-      INSERT INTO ${lane} (aggregate_type, aggregate_id)
-      SELECT DISTINCT aggregate_type, aggregate_id FROM input
-      ON CONFLICT DO NOTHING
-    ), inserted AS (
-      INSERT INTO ${outbox} (event_id, aggregate_type, aggregate_id, sequence, event_type, payload, payload_bytes,
-                             available_at)
-      SELECT event_id, aggregate_type, aggregate_id, sequence, event_type, payload, payload_bytes,
-        -- Join the lane's due time (the rule lives in one place, the schema's function).
-        ${sql.id(schema, 'outbox_new_row_due')}(input.aggregate_type, input.aggregate_id)
-      FROM input
-      RETURNING 1
-    )
-    SELECT count(*)${notify} FROM inserted`.execute(trx)
+        ${events.map((e) => e.payloadBytes)}::integer[], ${events.map((e) => e.tenant)}::text[]
+      ) WITH ORDINALITY AS t(event_id, aggregate_type, aggregate_id, sequence, event_type, payload, payload_bytes,
+                             tenant, n)
+      ORDER BY t.n
+    ) d`.execute(trx)
   return events.map((_, index) => ({ eventId: eventIds[index]!, sequence: sequences[index]! }))
 }
 

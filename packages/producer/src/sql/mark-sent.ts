@@ -62,7 +62,8 @@ export async function markSentAndRelease(
           last_attempt_at = m.attempted_at, delivery_status = m.delivery_status, last_error = NULL
       FROM m JOIN ${lane} l ON l.claim_token = m.claim_token
       WHERE o.id = m.id AND o.status = 'pending'
-        AND o.aggregate_type = l.aggregate_type AND o.aggregate_id = l.aggregate_id
+        AND o.subscription_id = l.subscription_id AND o.aggregate_type = l.aggregate_type
+        AND o.aggregate_id = l.aggregate_id
       RETURNING 1
     ), r AS (
       SELECT * FROM unnest(${releases.map((release) => release.claimToken)}::uuid[], ${releases.map((release) => release.delivered)}::boolean[])
@@ -77,12 +78,13 @@ export async function markSentAndRelease(
           watch_starts = CASE WHEN r.delivered THEN false ELSE l.watch_starts END
       FROM r
       WHERE l.claim_token = r.claim_token
-      RETURNING l.aggregate_type, l.aggregate_id
+      RETURNING l.subscription_id, l.aggregate_type, l.aggregate_id
     )
     SELECT (SELECT count(*) FROM marked) AS marked, (SELECT count(*) FROM released) AS released,
       (SELECT count(*) FROM released rl WHERE EXISTS (
         SELECT 1 FROM ${outbox} o
-        WHERE o.aggregate_type = rl.aggregate_type AND o.aggregate_id = rl.aggregate_id AND o.status = 'pending'
+        WHERE o.subscription_id = rl.subscription_id AND o.aggregate_type = rl.aggregate_type
+          AND o.aggregate_id = rl.aggregate_id AND o.status = 'pending'
           AND o.id NOT IN (SELECT m.id FROM m)
       )) AS released_with_work`.execute(db)
   return {

@@ -28,7 +28,7 @@ export async function parkLane(
       SET claim_token = NULL, leased_until = NULL, blocked_reason = 'conflict',
           blocked_at = coalesce(blocked_at, now()), conflict_count = conflict_count + 1
       WHERE claim_token = ${park.claimToken}
-      RETURNING aggregate_type, aggregate_id
+      RETURNING subscription_id, aggregate_type, aggregate_id
     ), head AS (
       UPDATE ${outbox} o
       SET last_status = 409, last_error = ${park.error}, last_attempt_at = ${park.attemptedAt},
@@ -38,7 +38,8 @@ export async function parkLane(
     ), lane_rows AS (
       UPDATE ${outbox} o SET available_at = now() + ${delayMs} * interval '1 millisecond'
       FROM released
-      WHERE o.aggregate_type = released.aggregate_type AND o.aggregate_id = released.aggregate_id
+      WHERE o.subscription_id = released.subscription_id AND o.aggregate_type = released.aggregate_type
+        AND o.aggregate_id = released.aggregate_id
         AND o.status = 'pending' AND o.id <> ${park.id}
     )
     SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)

@@ -20,46 +20,56 @@ import type { TransactionContext } from './sql-context.js'
  */
 export async function redriveDead(
   ctx: TransactionContext,
-  request: { readonly eventIds: readonly string[] | 'all' },
+  request: { readonly eventIds: readonly string[] | 'all'; readonly subscriptionId?: string | undefined },
 ): Promise<string[]> {
   const { db: trx, schema } = ctx
-  const { eventIds } = request
+  const { eventIds, subscriptionId } = request
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
   const counter = sql.id(schema, 'outbox_counter')
-  const which = eventIds === 'all' ? sql`TRUE` : sql`o.event_id = ANY(${eventIds}::uuid[])`
+  const byEvent = eventIds === 'all' ? sql`TRUE` : sql`o.event_id = ANY(${eventIds}::uuid[])`
+  const which =
+    subscriptionId === undefined ? byEvent : sql`${byEvent} AND o.subscription_id = ${subscriptionId}::uuid`
   let deadKeys = trx
     .withSchema(schema)
     .selectFrom('outbox')
-    .select(['aggregate_type', 'aggregate_id'])
+    .select(['subscription_id', 'aggregate_type', 'aggregate_id'])
     .distinct()
     // A literal, as the partial index on dead rows is written: its predicate is then provable in any plan.
     .where('status', '=', sql.lit('dead'))
   if (eventIds !== 'all') deadKeys = deadKeys.where(sql<boolean>`event_id = ANY(${eventIds}::uuid[])`)
-  const keys: { aggregate_type: string; aggregate_id: string }[] = await deadKeys.execute()
+  if (subscriptionId !== undefined)
+    deadKeys = deadKeys.where(sql<boolean>`subscription_id = ${subscriptionId}::uuid`)
+  const keys: { subscription_id: string; aggregate_type: string; aggregate_id: string }[] =
+    await deadKeys.execute()
   if (keys.length === 0) return []
+  const subscriptions = keys.map((key) => key.subscription_id)
   const types = keys.map((key) => key.aggregate_type)
   const ids = keys.map((key) => key.aggregate_id)
-  const chosen = sql`SELECT * FROM unnest(${types}::text[], ${ids}::text[]) AS k(aggregate_type, aggregate_id)`
+  // Lanes are (subscription, aggregate); counters are per aggregate, shared by its subscriptions.
+  const chosen = sql`SELECT * FROM unnest(${subscriptions}::uuid[], ${types}::text[], ${ids}::text[])
+    AS k(subscription_id, aggregate_type, aggregate_id)`
+  const aggregates = sql`SELECT k.aggregate_type, k.aggregate_id FROM (${chosen}) k`
   // Raw SQL from here: row locks taken in byte order (COLLATE "C") and data-modifying CTEs in one statement.
   await sql`
-    SELECT 1 FROM ${counter} c WHERE (c.aggregate_type, c.aggregate_id) IN (${chosen})
+    SELECT 1 FROM ${counter} c WHERE (c.aggregate_type, c.aggregate_id) IN (${aggregates})
     ORDER BY c.aggregate_type COLLATE "C", c.aggregate_id COLLATE "C"
     FOR UPDATE`.execute(trx)
   await sql`
-    SELECT 1 FROM ${lane} l WHERE (l.aggregate_type, l.aggregate_id) IN (${chosen})
-    ORDER BY l.aggregate_type COLLATE "C", l.aggregate_id COLLATE "C"
+    SELECT 1 FROM ${lane} l WHERE (l.subscription_id, l.aggregate_type, l.aggregate_id) IN (${chosen})
+    ORDER BY l.subscription_id, l.aggregate_type COLLATE "C", l.aggregate_id COLLATE "C"
     FOR UPDATE`.execute(trx)
   // A fresh snapshot, now that no enqueue of these aggregates is open: it sees every row they committed.
   const { rows } = await sql<{ event_id: string }>`
     WITH target AS (
-      SELECT o.id, o.aggregate_type, o.aggregate_id FROM ${outbox} o
-      WHERE o.status = 'dead' AND ${which} AND (o.aggregate_type, o.aggregate_id) IN (${chosen})
+      SELECT o.id, o.subscription_id, o.aggregate_type, o.aggregate_id FROM ${outbox} o
+      WHERE o.status = 'dead' AND ${which} AND (o.subscription_id, o.aggregate_type, o.aggregate_id) IN (${chosen})
     ), blocker AS (
-      SELECT DISTINCT ON (d.aggregate_type, d.aggregate_id) d.id, d.aggregate_type, d.aggregate_id
+      SELECT DISTINCT ON (d.subscription_id, d.aggregate_type, d.aggregate_id)
+             d.id, d.subscription_id, d.aggregate_type, d.aggregate_id
       FROM ${outbox} d
-      WHERE d.status = 'dead' AND (d.aggregate_type, d.aggregate_id) IN (${chosen})
-      ORDER BY d.aggregate_type, d.aggregate_id, d.sequence DESC
+      WHERE d.status = 'dead' AND (d.subscription_id, d.aggregate_type, d.aggregate_id) IN (${chosen})
+      ORDER BY d.subscription_id, d.aggregate_type, d.aggregate_id, d.sequence DESC
     ), revived AS (
       UPDATE ${outbox} o
       SET status = 'pending', attempts = 0, first_failed_at = NULL, available_at = now(), dead_at = NULL
@@ -70,21 +80,22 @@ export async function redriveDead(
       UPDATE ${lane} l
       SET blocked_reason = NULL, blocked_at = NULL
       FROM blocker b JOIN target t ON t.id = b.id
-      WHERE l.aggregate_type = b.aggregate_type AND l.aggregate_id = b.aggregate_id
-        AND l.blocked_reason = 'exhausted'
-      RETURNING l.aggregate_type, l.aggregate_id
+      WHERE l.subscription_id = b.subscription_id AND l.aggregate_type = b.aggregate_type
+        AND l.aggregate_id = b.aggregate_id AND l.blocked_reason = 'exhausted'
+      RETURNING l.subscription_id, l.aggregate_type, l.aggregate_id
     ), unparked AS (
       UPDATE ${lane} l
       SET blocked_reason = NULL, blocked_at = NULL, conflict_count = 0
-      FROM (SELECT DISTINCT aggregate_type, aggregate_id FROM target) t
-      WHERE l.aggregate_type = t.aggregate_type AND l.aggregate_id = t.aggregate_id
+      FROM (SELECT DISTINCT subscription_id, aggregate_type, aggregate_id FROM target) t
+      WHERE l.subscription_id = t.subscription_id AND l.aggregate_type = t.aggregate_type
+        AND l.aggregate_id = t.aggregate_id
         AND l.blocked_reason = 'conflict'
     ), released AS (
       UPDATE ${outbox} o
       SET available_at = now()
       FROM resumed r
-      WHERE o.aggregate_type = r.aggregate_type AND o.aggregate_id = r.aggregate_id
-        AND o.status = 'pending' AND o.available_at = 'infinity'
+      WHERE o.subscription_id = r.subscription_id AND o.aggregate_type = r.aggregate_type
+        AND o.aggregate_id = r.aggregate_id AND o.status = 'pending' AND o.available_at = 'infinity'
     )
     SELECT event_id FROM revived`.execute(trx)
   return rows.map((row) => row.event_id)

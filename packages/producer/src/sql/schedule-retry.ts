@@ -31,7 +31,7 @@ export async function scheduleRetry(
           blocked_at = CASE WHEN blocked_reason = 'conflict' THEN NULL ELSE blocked_at END,
           conflict_count = 0
       WHERE claim_token = ${failure.claimToken}
-      RETURNING aggregate_type, aggregate_id
+      RETURNING subscription_id, aggregate_type, aggregate_id
     ), head AS (
       UPDATE ${outbox} o
       SET attempts = ${failure.attempts}, last_status = ${failure.httpStatus}, last_error = ${failure.error},
@@ -42,7 +42,8 @@ export async function scheduleRetry(
     ), lane_rows AS (
       UPDATE ${outbox} o SET available_at = now() + ${delayMs} * interval '1 millisecond'
       FROM released
-      WHERE o.aggregate_type = released.aggregate_type AND o.aggregate_id = released.aggregate_id
+      WHERE o.subscription_id = released.subscription_id AND o.aggregate_type = released.aggregate_type
+        AND o.aggregate_id = released.aggregate_id
         AND o.status = 'pending' AND o.id <> ${failure.id}
     )
     SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)

@@ -50,7 +50,8 @@ export async function selectLaneEvents(ctx: SqlContext, request: NextRowsRequest
       CROSS JOIN LATERAL (
         SELECT o.id, o.sequence, coalesce(o.payload_bytes, octet_length(o.payload::text))::bigint AS bytes
         FROM ${outbox} o
-        WHERE o.aggregate_type = l.aggregate_type AND o.aggregate_id = l.aggregate_id AND o.status = 'pending'
+        WHERE o.subscription_id = l.subscription_id AND o.aggregate_type = l.aggregate_type
+          AND o.aggregate_id = l.aggregate_id AND o.status = 'pending'
           AND o.sequence > ${request.afterSequence}::bigint
         ORDER BY o.sequence
         LIMIT ${request.batchSize}

@@ -1,0 +1,54 @@
+import { sql } from 'kysely'
+import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
+import type { SqlContext } from './sql-context.js'
+
+/** One enabled stored subscription as a relay needs it, with its secrets still in force. */
+export interface SubscriptionTargetRow {
+  readonly id: string
+  readonly name: string | null
+  readonly url: string
+  readonly onExhausted: 'skip' | 'block' | null
+  readonly retrySchedule: readonly number[] | null
+  readonly requestTimeoutMs: number | null
+  /** Current secret first, then those still inside their rotation overlap. */
+  readonly secrets: readonly string[]
+}
+
+/**
+ * The enabled stored subscriptions (all, or those in `ids`) with the secrets a relay signs with now: the current
+ * one and any whose rotation overlap has not ended, in database time.
+ */
+export async function selectSubscriptionTargets(
+  ctx: SqlContext,
+  request: { readonly ids: readonly string[] | undefined },
+): Promise<SubscriptionTargetRow[]> {
+  const { db, schema } = ctx
+  const only = request.ids === undefined ? sql`TRUE` : sql`s.id = ANY(${request.ids}::uuid[])`
+  // Raw SQL: an aggregate over a filtered join, ordered inside array_agg.
+  const { rows } = await sql<{
+    id: string
+    name: string | null
+    url: string
+    on_exhausted: 'skip' | 'block' | null
+    retry_schedule: string[] | null
+    request_timeout_ms: number | null
+    secrets: string[] | null
+  }>`
+    SELECT s.id, s.name, s.url, s.on_exhausted, s.retry_schedule, s.request_timeout_ms,
+           array_agg(k.secret ORDER BY k.expires_at IS NOT NULL, k.created_at DESC)
+             FILTER (WHERE k.secret IS NOT NULL) AS secrets
+    FROM ${sql.id(schema, 'outbox_subscription')} s
+    LEFT JOIN ${sql.id(schema, 'outbox_subscription_secret')} k
+      ON k.subscription_id = s.id AND (k.expires_at IS NULL OR k.expires_at > now())
+    WHERE s.state = 'enabled' AND s.id <> ${IMPLICIT_SUBSCRIPTION_ID}::uuid AND ${only}
+    GROUP BY s.id`.execute(db)
+  return rows.map((row) => ({
+    id: row.id,
+    name: row.name,
+    url: row.url,
+    onExhausted: row.on_exhausted,
+    retrySchedule: row.retry_schedule?.map(Number) ?? null,
+    requestTimeoutMs: row.request_timeout_ms,
+    secrets: row.secrets ?? [],
+  }))
+}

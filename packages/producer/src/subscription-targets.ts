@@ -1,0 +1,117 @@
+import { parseSigningSecrets } from '@outbox/protocol'
+import { type DeliveryTarget, implicitTarget } from './delivery-target.js'
+import type { RelayEvents } from './events.js'
+import { LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
+import type { Clock } from './runtime.js'
+import { type SubscriptionTargetRow, selectSubscriptionTargets } from './sql/select-subscription-targets.js'
+
+/**
+ * How long a relay trusts what it read of the stored subscriptions. A subscription created, changed, disabled or
+ * given a new secret is picked up by every relay within this long; an unknown subscription id met in between
+ * forces a read at once.
+ */
+export const SUBSCRIPTION_REFRESH_MS = 2000
+
+/**
+ * The subscriptions a relay serves, each as a {@link DeliveryTarget}. With an `endpoint`, that is the implicit
+ * subscription alone, fixed for the relay's life. Without one, it is the enabled stored subscriptions (or those the
+ * relay was given), read from the database at most every {@link SUBSCRIPTION_REFRESH_MS}.
+ *
+ * A stored subscription the relay cannot serve safely is left out and reported once (`subscription:skipped` and a
+ * warning) until it is fixed: a `requestTimeoutMs` that does not fit the relay's lease (a request must never
+ * outlive the lease that allowed it), or a stored secret that is not a valid signing secret.
+ */
+export class SubscriptionTargets {
+  readonly #options: ResolvedRelayOptions
+  readonly #events: RelayEvents
+  readonly #clock: Clock
+  #targets: ReadonlyMap<string, DeliveryTarget>
+  #readAt = Number.NEGATIVE_INFINITY
+  /** Skipped subscriptions already reported, with the reason reported: a new reason is reported again. */
+  readonly #reported = new Map<string, string>()
+
+  constructor(options: ResolvedRelayOptions, events: RelayEvents, clock: Clock) {
+    this.#options = options
+    this.#events = events
+    this.#clock = clock
+    const { endpoint } = options
+    this.#targets = new Map(
+      endpoint === undefined
+        ? []
+        : [[implicitTarget(options, endpoint).subscriptionId, implicitTarget(options, endpoint)]],
+    )
+  }
+
+  /** True when the relay serves stored subscriptions (read from the database), false for an `endpoint` relay. */
+  get stored(): boolean {
+    return this.#options.endpoint === undefined
+  }
+
+  /** Reads the stored subscriptions again when what was read is older than the refresh interval (or `force`). */
+  async refresh(force = false): Promise<void> {
+    if (!this.stored) return
+    if (!force && this.#clock.now() - this.#readAt < SUBSCRIPTION_REFRESH_MS) return
+    const rows = await selectSubscriptionTargets(this.#options, { ids: this.#options.subscriptions })
+    const targets = new Map<string, DeliveryTarget>()
+    for (const row of rows) {
+      const target = this.#toTarget(row)
+      if (target) targets.set(row.id, target)
+    }
+    for (const id of this.#reported.keys()) {
+      if (!rows.some((row) => row.id === id)) this.#reported.delete(id)
+    }
+    this.#targets = targets
+    this.#readAt = this.#clock.now()
+  }
+
+  /** The ids of the subscriptions served now. */
+  served(): string[] {
+    return [...this.#targets.keys()]
+  }
+
+  /** The target of a served subscription; undefined once it is no longer served (disabled, deleted, skipped). */
+  get(subscriptionId: string): DeliveryTarget | undefined {
+    return this.#targets.get(subscriptionId)
+  }
+
+  #toTarget(row: SubscriptionTargetRow): DeliveryTarget | undefined {
+    const options = this.#options
+    const name = row.name ?? row.id
+    const requestTimeoutMs = row.requestTimeoutMs ?? options.requestTimeoutMs
+    if (requestTimeoutMs + LEASE_MARGIN_MS >= options.leaseMs) {
+      this.#skip(
+        row,
+        `its requestTimeoutMs (${requestTimeoutMs}) + a ${LEASE_MARGIN_MS} ms margin does not fit this relay's leaseMs (${options.leaseMs}): lower the subscription's requestTimeoutMs or raise the relay's leaseMs`,
+      )
+      return undefined
+    }
+    let signingKeys: DeliveryTarget['signingKeys']
+    try {
+      signingKeys = row.secrets.length === 0 ? [] : parseSigningSecrets(row.secrets)
+    } catch (error) {
+      this.#skip(row, error instanceof Error ? error.message : String(error))
+      return undefined
+    }
+    this.#reported.delete(row.id)
+    const retrySchedule = Object.freeze([...(row.retrySchedule ?? options.retrySchedule)])
+    const url = row.url
+    return Object.freeze({
+      subscriptionId: row.id,
+      name,
+      url: () => url,
+      signingKeys,
+      requestTimeoutMs,
+      retrySchedule,
+      maxAttempts: retrySchedule.length + 1,
+      onExhausted: row.onExhausted ?? options.onExhausted,
+    })
+  }
+
+  #skip(row: SubscriptionTargetRow, reason: string): void {
+    if (this.#reported.get(row.id) === reason) return
+    this.#reported.set(row.id, reason)
+    const name = row.name ?? row.id
+    this.#options.logger.warn({ subscriptionId: row.id, subscription: name, reason }, 'subscription skipped')
+    this.#events.emit('subscription:skipped', { subscriptionId: row.id, name, reason })
+  }
+}
