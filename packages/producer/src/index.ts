@@ -78,3 +78,20 @@ export {
 } from './schema.js'
 export { DEFAULT_SCHEMA, notifyChannel } from './schema-name.js'
 export { type OutboxStats, STRUGGLING_ATTEMPTS, stats } from './stats.js'
+export {
+  type CreateSubscriptionInput,
+  createSubscription,
+  DEFAULT_SECRET_OVERLAP_MS,
+  deleteSubscription,
+  disableSubscription,
+  enableSubscription,
+  getSubscription,
+  IMPLICIT_SUBSCRIPTION_ID,
+  listSubscriptions,
+  rotateSubscriptionSecret,
+  type Subscription,
+  type SubscriptionCallOptions,
+  type SubscriptionChanges,
+  type SubscriptionSettings,
+  updateSubscription,
+} from './subscriptions.js'

@@ -1,0 +1,210 @@
+import { type Kysely, sql } from 'kysely'
+import type { StoredSettings } from '../subscription-input.js'
+import type { SqlContext } from './sql-context.js'
+
+/** A subscription row as stored, with what is known of its secrets (never the secrets themselves). */
+export interface SubscriptionRow {
+  id: string
+  name: string | null
+  url: string | null
+  tenant: string | null
+  event_types: string[] | null
+  state: 'enabled' | 'disabled'
+  disabled_reason: string | null
+  disabled_at: Date | null
+  on_exhausted: 'skip' | 'block' | null
+  max_in_flight: number | null
+  retry_schedule: string[] | null
+  request_timeout_ms: number | null
+  created_at: Date
+  updated_at: Date
+  secret_created_at: Date | null
+  /** When each previous secret, still signed with during its rotation overlap, stops being used. */
+  overlap_ends: Date[] | null
+}
+
+const COLUMNS: Readonly<Record<keyof StoredSettings, string>> = {
+  url: 'url',
+  name: 'name',
+  tenant: 'tenant',
+  eventTypes: 'event_types',
+  onExhausted: 'on_exhausted',
+  maxInFlight: 'max_in_flight',
+  retrySchedule: 'retry_schedule',
+  requestTimeoutMs: 'request_timeout_ms',
+}
+
+function value(key: keyof StoredSettings, setting: unknown) {
+  if (setting === null) return sql`NULL`
+  if (key === 'eventTypes') return sql`${setting}::text[]`
+  if (key === 'retrySchedule') return sql`${(setting as number[]).map(String)}::bigint[]`
+  return sql`${setting}`
+}
+
+/**
+ * Makes the subscription's start a clean cut in every aggregate's stream: SHARE mode on the counter table waits
+ * for every open transaction that has enqueued (each holds ROW EXCLUSIVE on it from its counter upsert) and holds
+ * back every enqueue until this transaction commits. So each event is either committed before the change (and
+ * follows the old routing) or takes its sequence after it (and reads the new one): no aggregate's events are split
+ * around the change out of order, and no event committed after a subscription exists misses it.
+ */
+async function routingBarrier(trx: Kysely<any>, schema: string): Promise<void> {
+  await sql`LOCK TABLE ${sql.id(schema, 'outbox_counter')} IN SHARE MODE`.execute(trx)
+}
+
+/** Inserts a subscription and its first secret behind the routing barrier; returns its id. */
+export async function insertSubscription(
+  ctx: SqlContext,
+  request: { readonly settings: StoredSettings; readonly secret: string },
+): Promise<string> {
+  const { db, schema } = ctx
+  return await db.transaction().execute(async (trx) => {
+    await routingBarrier(trx, schema)
+    const keys = Object.keys(request.settings) as (keyof StoredSettings)[]
+    const { rows } = await sql<{ id: string }>`
+      INSERT INTO ${sql.id(schema, 'outbox_subscription')} (${sql.join(keys.map((key) => sql.id(COLUMNS[key])))})
+      VALUES (${sql.join(keys.map((key) => value(key, request.settings[key])))})
+      RETURNING id`.execute(trx)
+    const id = rows[0]!.id
+    await sql`
+      INSERT INTO ${sql.id(schema, 'outbox_subscription_secret')} (subscription_id, secret)
+      VALUES (${id}::uuid, ${request.secret})`.execute(trx)
+    return id
+  })
+}
+
+/**
+ * Subscriptions with their secrets' dates: one by id or name (`ref`), or all (optionally of one tenant), the
+ * implicit one first, then by creation.
+ */
+export async function selectSubscriptions(
+  ctx: SqlContext,
+  request: { readonly id?: string; readonly name?: string; readonly tenant?: string },
+): Promise<SubscriptionRow[]> {
+  const { db, schema } = ctx
+  const filters = [sql`TRUE`]
+  if (request.id !== undefined) filters.push(sql`s.id = ${request.id}::uuid`)
+  if (request.name !== undefined) filters.push(sql`s.name = ${request.name}`)
+  if (request.tenant !== undefined) filters.push(sql`s.tenant = ${request.tenant}`)
+  // Raw SQL: an aggregate over a filtered join of the secrets, which never leaves the database.
+  const { rows } = await sql<SubscriptionRow>`
+    SELECT s.id, s.name, s.url, s.tenant, s.event_types, s.state, s.disabled_reason, s.disabled_at, s.on_exhausted,
+           s.max_in_flight, s.retry_schedule, s.request_timeout_ms, s.created_at, s.updated_at,
+           max(k.created_at) FILTER (WHERE k.expires_at IS NULL) AS secret_created_at,
+           array_agg(k.expires_at ORDER BY k.expires_at) FILTER (WHERE k.expires_at IS NOT NULL) AS overlap_ends
+    FROM ${sql.id(schema, 'outbox_subscription')} s
+    LEFT JOIN ${sql.id(schema, 'outbox_subscription_secret')} k
+      ON k.subscription_id = s.id AND (k.expires_at IS NULL OR k.expires_at > now())
+    WHERE ${sql.join(filters, sql` AND `)}
+    GROUP BY s.id
+    ORDER BY s.id <> '00000000-0000-0000-0000-000000000000', s.created_at, s.id`.execute(db)
+  return rows
+}
+
+/**
+ * Changes a subscription's settings; a change of who receives what (tenant, event types) goes behind the routing
+ * barrier. Returns false when no such subscription exists.
+ */
+export async function updateSubscriptionRow(
+  ctx: SqlContext,
+  request: { readonly id: string; readonly settings: StoredSettings },
+): Promise<boolean> {
+  const { db, schema } = ctx
+  const keys = Object.keys(request.settings) as (keyof StoredSettings)[]
+  return await db.transaction().execute(async (trx) => {
+    if (keys.includes('tenant') || keys.includes('eventTypes')) await routingBarrier(trx, schema)
+    const result = await sql`
+      UPDATE ${sql.id(schema, 'outbox_subscription')}
+      SET ${sql.join(keys.map((key) => sql`${sql.id(COLUMNS[key])} = ${value(key, request.settings[key])}`))},
+          updated_at = now()
+      WHERE id = ${request.id}::uuid`.execute(trx)
+    return Number(result.numAffectedRows ?? 0) > 0
+  })
+}
+
+/**
+ * Enables or disables a subscription. Enabling the implicit one makes it receive events again, so it goes behind
+ * the routing barrier (a stored one disabled kept receiving its rows). Returns false when it does not exist.
+ */
+export async function setSubscriptionState(
+  ctx: SqlContext,
+  request: { readonly id: string; readonly enabled: boolean; readonly reason: string | null },
+): Promise<boolean> {
+  const { db, schema } = ctx
+  return await db.transaction().execute(async (trx) => {
+    if (request.enabled) await routingBarrier(trx, schema)
+    const result = await sql`
+      UPDATE ${sql.id(schema, 'outbox_subscription')}
+      SET state = ${request.enabled ? 'enabled' : 'disabled'},
+          disabled_reason = ${request.enabled ? null : request.reason},
+          disabled_at = ${request.enabled ? sql`NULL` : sql`coalesce(disabled_at, now())`},
+          updated_at = now()
+      WHERE id = ${request.id}::uuid`.execute(trx)
+    return Number(result.numAffectedRows ?? 0) > 0
+  })
+}
+
+/**
+ * Makes `secret` the subscription's current secret; the previous current one stays in use for `overlapMs` more
+ * (relays sign with both meanwhile), and secrets whose overlap has ended are deleted. Returns false when the
+ * subscription does not exist.
+ */
+export async function rotateSecret(
+  ctx: SqlContext,
+  request: { readonly id: string; readonly secret: string; readonly overlapMs: number },
+): Promise<boolean> {
+  const { db, schema } = ctx
+  const secrets = sql.id(schema, 'outbox_subscription_secret')
+  return await db.transaction().execute(async (trx) => {
+    // The row lock orders two rotations of one subscription: each sees the other's new secret as the current one.
+    const { rows } = await sql`
+      SELECT 1 FROM ${sql.id(schema, 'outbox_subscription')} WHERE id = ${request.id}::uuid FOR UPDATE`.execute(
+      trx,
+    )
+    if (rows.length === 0) return false
+    await sql`
+      DELETE FROM ${secrets} WHERE subscription_id = ${request.id}::uuid AND expires_at <= now()`.execute(trx)
+    await sql`
+      UPDATE ${secrets} SET expires_at = now() + ${request.overlapMs} * interval '1 millisecond'
+      WHERE subscription_id = ${request.id}::uuid AND expires_at IS NULL`.execute(trx)
+    await sql`
+      INSERT INTO ${secrets} (subscription_id, secret) VALUES (${request.id}::uuid, ${request.secret})`.execute(
+      trx,
+    )
+    await sql`
+      UPDATE ${sql.id(schema, 'outbox_subscription')} SET updated_at = now() WHERE id = ${request.id}::uuid`.execute(
+      trx,
+    )
+    return true
+  })
+}
+
+/**
+ * Deletes a subscription with every row and lane of it (its secrets go by cascade). A relay holding one of its lanes
+ * finds its marks fenced (the lane is gone) and moves on. Returns the rows deleted, or undefined when it does not
+ * exist.
+ */
+export async function deleteSubscriptionRows(
+  ctx: SqlContext,
+  request: { readonly id: string },
+): Promise<{ pending: number; total: number } | undefined> {
+  const { db, schema } = ctx
+  return await db.transaction().execute(async (trx) => {
+    // An enqueue that read the subscription before the delete would otherwise add its row after it.
+    await routingBarrier(trx, schema)
+    const { rows } = await sql`
+      DELETE FROM ${sql.id(schema, 'outbox_subscription')} WHERE id = ${request.id}::uuid RETURNING id`.execute(
+      trx,
+    )
+    if (rows.length === 0) return undefined
+    const { rows: counts } = await sql<{ pending: string; total: string }>`
+      WITH gone AS (
+        DELETE FROM ${sql.id(schema, 'outbox')} WHERE subscription_id = ${request.id}::uuid RETURNING status
+      )
+      SELECT count(*) FILTER (WHERE status = 'pending') AS pending, count(*) AS total FROM gone`.execute(trx)
+    await sql`DELETE FROM ${sql.id(schema, 'outbox_lane')} WHERE subscription_id = ${request.id}::uuid`.execute(
+      trx,
+    )
+    return { pending: Number(counts[0]!.pending), total: Number(counts[0]!.total) }
+  })
+}

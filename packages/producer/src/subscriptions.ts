@@ -1,0 +1,337 @@
+import type { Kysely } from 'kysely'
+import { IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
+import { invalidOption, OutboxError } from './errors.js'
+import type { OnExhausted } from './options.js'
+import { resolveSchema } from './schema-name.js'
+import type { SqlContext } from './sql/sql-context.js'
+import {
+  deleteSubscriptionRows,
+  insertSubscription,
+  rotateSecret,
+  type SubscriptionRow,
+  selectSubscriptions,
+  setSubscriptionState,
+  updateSubscriptionRow,
+} from './sql/subscription-store.js'
+import {
+  type CreateSubscriptionInput,
+  checkChanges,
+  checkCreateInput,
+  checkSecret,
+  isSubscriptionId,
+  type SubscriptionChanges,
+} from './subscription-input.js'
+
+export { IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
+export type {
+  CreateSubscriptionInput,
+  SubscriptionChanges,
+  SubscriptionSettings,
+} from './subscription-input.js'
+
+/** Where the subscription tables are: `schema` as every producer function takes it. */
+export interface SubscriptionCallOptions {
+  /** @defaultValue 'public' */
+  readonly schema?: string
+}
+
+/**
+ * A subscription as listed: everything but its secrets, which are never read back (see {@link createSubscription}).
+ * Unset limits are null: the serving relay's options apply.
+ */
+export interface Subscription {
+  readonly id: string
+  /** Null when created without one; `default` for the implicit subscription. */
+  readonly name: string | null
+  /** Null only for the implicit subscription, whose URL is the relay's `endpoint`. */
+  readonly url: string | null
+  readonly tenant: string | null
+  readonly eventTypes: readonly string[] | null
+  readonly state: 'enabled' | 'disabled'
+  readonly disabledReason: string | null
+  readonly disabledAt: Date | null
+  readonly onExhausted: OnExhausted | null
+  readonly maxInFlight: number | null
+  readonly retrySchedule: readonly number[] | null
+  readonly requestTimeoutMs: number | null
+  /** True for the implicit subscription (the relay's `endpoint`). */
+  readonly implicit: boolean
+  /** When the current secret was set (null for the implicit subscription, signed with the relay's `secret`). */
+  readonly secretCreatedAt: Date | null
+  /** When each previous secret still signed with during a rotation overlap stops being used. */
+  readonly secretOverlapEnds: readonly Date[]
+  readonly createdAt: Date
+  readonly updatedAt: Date
+}
+
+/** The default rotation overlap: a day, so every subscriber can deploy its new secret before the old one ends. */
+export const DEFAULT_SECRET_OVERLAP_MS = 24 * 3600_000
+
+function toSubscription(row: SubscriptionRow): Subscription {
+  return {
+    id: row.id,
+    name: row.name,
+    url: row.url,
+    tenant: row.tenant,
+    eventTypes: row.event_types,
+    state: row.state,
+    disabledReason: row.disabled_reason,
+    disabledAt: row.disabled_at,
+    onExhausted: row.on_exhausted,
+    maxInFlight: row.max_in_flight,
+    retrySchedule: row.retry_schedule?.map(Number) ?? null,
+    requestTimeoutMs: row.request_timeout_ms,
+    implicit: row.id === IMPLICIT_SUBSCRIPTION_ID,
+    secretCreatedAt: row.secret_created_at,
+    secretOverlapEnds: row.overlap_ends ?? [],
+    createdAt: row.created_at,
+    updatedAt: row.updated_at,
+  }
+}
+
+function context(db: Kysely<any>, options: SubscriptionCallOptions | undefined): SqlContext {
+  return { db, schema: resolveSchema(options?.schema) }
+}
+
+function notFound(ref: string): OutboxError {
+  return new OutboxError(
+    'ERR_OUTBOX_SUBSCRIPTION_NOT_FOUND',
+    `no subscription ${JSON.stringify(ref)} (give its id or name; see outbox subscriptions list)`,
+  )
+}
+
+function checkRef(ref: unknown): string {
+  if (typeof ref !== 'string' || ref.length === 0) {
+    throw invalidOption(
+      'subscription',
+      ref,
+      (spell, got) => `${spell('subscription')} must be an id or a name, got ${got}`,
+    )
+  }
+  return ref
+}
+
+/** Finds a subscription by id or name; throws `ERR_OUTBOX_SUBSCRIPTION_NOT_FOUND` when none has it. */
+async function find(ctx: SqlContext, ref: unknown): Promise<Subscription> {
+  const checked = checkRef(ref)
+  const [row] = await selectSubscriptions(
+    ctx,
+    isSubscriptionId(checked) ? { id: checked.toLowerCase() } : { name: checked },
+  )
+  if (!row) throw notFound(checked)
+  return toSubscription(row)
+}
+
+/** Turns the database's refusal of a second subscription with one name into the caller's mistake. */
+async function nameIsFree<T>(name: string | null | undefined, action: () => Promise<T>): Promise<T> {
+  try {
+    return await action()
+  } catch (error) {
+    if ((error as { code?: unknown }).code === '23505' && typeof name === 'string') {
+      throw invalidOption(
+        'name',
+        name,
+        (spell, got) => `a subscription named ${got} exists already: choose another ${spell('name')}`,
+      )
+    }
+    throw error
+  }
+}
+
+/**
+ * Creates a subscription: from the moment this returns, every event committed that it wants (its tenant, its
+ * event types) is delivered to `url`, per aggregate in order, signed with its own secret, with its own retries, dead
+ * letters and limits, by any relay that serves stored subscriptions (`new Relay({ db })`, `outbox relay` without
+ * `--endpoint`) within about two seconds.
+ *
+ * Secrets are stored as given in `outbox_subscription_secret`: a relay needs the secret itself to sign (HMAC), so
+ * it cannot be hashed. Guard that table like any credential (its schema's privileges, backups). The secret is
+ * returned here once, and never by {@link listSubscriptions}.
+ *
+ * Creating takes the counter table in SHARE mode for an instant: it waits for open transactions that have
+ * enqueued, and holds new enqueues back until it commits. That is what makes the start exact: an event committed
+ * after this returns is never missed, whatever transactions were open when it began. (An enqueuing transaction at
+ * REPEATABLE READ or SERIALIZABLE reads subscriptions as of its snapshot: one that took its snapshot before the
+ * subscription committed routes by what it saw.)
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { createSubscription } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * const { id, secret } = await createSubscription(db, {
+ *   url: 'https://acme.example/hooks',
+ *   tenant: 'acme',
+ *   eventTypes: ['order.*'],
+ *   name: 'acme-orders',
+ * })
+ * // Hand `secret` to Acme once: their consumer verifies with it.
+ * ```
+ */
+export async function createSubscription(
+  db: Kysely<any>,
+  input: CreateSubscriptionInput,
+  options?: SubscriptionCallOptions,
+): Promise<{ readonly id: string; readonly secret: string }> {
+  const { settings, secret } = checkCreateInput(input)
+  const id = await nameIsFree(settings.name, () =>
+    insertSubscription(context(db, options), { settings, secret }),
+  )
+  return { id, secret }
+}
+
+/**
+ * Lists subscriptions, the implicit one first, then in creation order, optionally those of one `tenant`. Never
+ * returns secrets.
+ */
+export async function listSubscriptions(
+  db: Kysely<any>,
+  options: SubscriptionCallOptions & { readonly tenant?: string } = {},
+): Promise<Subscription[]> {
+  const rows = await selectSubscriptions(
+    context(db, options),
+    options.tenant === undefined ? {} : { tenant: options.tenant },
+  )
+  return rows.map(toSubscription)
+}
+
+/** One subscription by id or name, or undefined. */
+export async function getSubscription(
+  db: Kysely<any>,
+  ref: string,
+  options?: SubscriptionCallOptions,
+): Promise<Subscription | undefined> {
+  try {
+    return await find(context(db, options), ref)
+  } catch (error) {
+    if ((error as { code?: unknown }).code === 'ERR_OUTBOX_SUBSCRIPTION_NOT_FOUND') return undefined
+    throw error
+  }
+}
+
+/**
+ * Changes a subscription's URL, name, filters or limits (`null` clears an optional one). A change of tenant or
+ * event types takes effect exactly, as {@link createSubscription} starts: events committed after it returns follow
+ * the new routing. Events already recorded for the subscription are delivered still; those it no longer wants are
+ * not recorded any more. Relays pick every change up within about two seconds.
+ */
+export async function updateSubscription(
+  db: Kysely<any>,
+  ref: string,
+  changes: SubscriptionChanges,
+  options?: SubscriptionCallOptions,
+): Promise<Subscription> {
+  const ctx = context(db, options)
+  const settings = checkChanges(changes)
+  const found = await find(ctx, ref)
+  if (found.implicit) {
+    throw invalidOption(
+      'subscription',
+      ref,
+      () =>
+        'the implicit subscription is configured on its relay (endpoint, secret and the relay options), not here',
+    )
+  }
+  const updated = await nameIsFree(settings.name, () =>
+    updateSubscriptionRow(ctx, { id: found.id, settings }),
+  )
+  if (!updated) throw notFound(ref)
+  return await find(ctx, found.id)
+}
+
+/**
+ * Gives a subscription a new secret and returns it (given, or generated). The previous secret stays in use for
+ * `overlapMs` (@defaultValue a day): meanwhile every request carries a signature for each, so the subscriber can
+ * switch to the new secret at any point of the overlap without rejecting a webhook. An overlap of 0 ends the old
+ * secret now.
+ */
+export async function rotateSubscriptionSecret(
+  db: Kysely<any>,
+  ref: string,
+  options: SubscriptionCallOptions & { readonly overlapMs?: number; readonly secret?: string } = {},
+): Promise<{ readonly secret: string }> {
+  const overlapMs = options.overlapMs ?? DEFAULT_SECRET_OVERLAP_MS
+  if (!Number.isSafeInteger(overlapMs) || overlapMs < 0 || overlapMs > 30 * 24 * 3600_000) {
+    throw invalidOption(
+      'overlapMs',
+      options.overlapMs,
+      (spell, got) => `${spell('overlapMs')} must be whole milliseconds from 0 to 30 days, got ${got}`,
+    )
+  }
+  const secret = checkSecret(options.secret)
+  const ctx = context(db, options)
+  const found = await find(ctx, ref)
+  if (found.implicit) {
+    throw invalidOption(
+      'subscription',
+      ref,
+      () => "the implicit subscription is signed with its relay's secret option",
+    )
+  }
+  if (!(await rotateSecret(ctx, { id: found.id, secret, overlapMs }))) throw notFound(ref)
+  return { secret }
+}
+
+/**
+ * Pauses a subscription: relays stop claiming its lanes (within about two seconds; a request in flight finishes),
+ * and it keeps receiving its events, delivered in order once it is enabled. Its pending rows are never pruned
+ * meanwhile, so `stats` and `outbox doctor` warn about what a disabled subscription holds: enable or delete it.
+ * The implicit subscription disabled stops receiving events (for deployments that serve stored subscriptions only).
+ */
+export async function disableSubscription(
+  db: Kysely<any>,
+  ref: string,
+  options: SubscriptionCallOptions & { readonly reason?: string } = {},
+): Promise<Subscription> {
+  if (options.reason !== undefined && (typeof options.reason !== 'string' || options.reason.length > 500)) {
+    throw invalidOption(
+      'reason',
+      options.reason,
+      (spell) => `${spell('reason')} must be a string of at most 500 characters`,
+    )
+  }
+  const ctx = context(db, options)
+  const found = await find(ctx, ref)
+  if (
+    !(await setSubscriptionState(ctx, { id: found.id, enabled: false, reason: options.reason ?? 'disabled' }))
+  ) {
+    throw notFound(ref)
+  }
+  return await find(ctx, found.id)
+}
+
+/** Resumes a disabled subscription: relays claim its lanes again, oldest events first. */
+export async function enableSubscription(
+  db: Kysely<any>,
+  ref: string,
+  options?: SubscriptionCallOptions,
+): Promise<Subscription> {
+  const ctx = context(db, options)
+  const found = await find(ctx, ref)
+  if (!(await setSubscriptionState(ctx, { id: found.id, enabled: true, reason: null }))) throw notFound(ref)
+  return await find(ctx, found.id)
+}
+
+/**
+ * Deletes a subscription with its secrets and every event recorded for it, pending or not (other subscriptions'
+ * deliveries of the same events are untouched). Returns how many rows went, and how many of them were pending. The
+ * implicit subscription cannot be deleted: disable it.
+ */
+export async function deleteSubscription(
+  db: Kysely<any>,
+  ref: string,
+  options?: SubscriptionCallOptions,
+): Promise<{ readonly deleted: number; readonly pendingDeleted: number }> {
+  const ctx = context(db, options)
+  const found = await find(ctx, ref)
+  if (found.implicit) {
+    throw invalidOption(
+      'subscription',
+      ref,
+      () => 'the implicit subscription cannot be deleted: disable it instead',
+    )
+  }
+  const result = await deleteSubscriptionRows(ctx, { id: found.id })
+  if (!result) throw notFound(ref)
+  return { deleted: result.total, pendingDeleted: result.pending }
+}
