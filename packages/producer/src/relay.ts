@@ -245,7 +245,8 @@ export class Relay {
    */
   async runOnce(): Promise<RunOnceResult> {
     await this.#setUpMetrics()
-    await this.#targets.refresh()
+    // A cycle run by hand sees the subscriptions as they are now, not as a read up to two seconds old left them.
+    await this.#targets.refresh(true)
     const { concurrency } = this.#options
     const { lanes } = await this.#claim(this.#rooms(concurrency), concurrency, this.#context.bytesLeft())
     const results = await Promise.all(lanes.map((lane) => this.#deliver(lane)))

@@ -242,8 +242,8 @@ export async function updateSubscription(
 /**
  * Gives a subscription a new secret and returns it (given, or generated). The previous secret stays in use for
  * `overlapMs` (@defaultValue a day): meanwhile every request carries a signature for each, so the subscriber can
- * switch to the new secret at any point of the overlap without rejecting a webhook. An overlap of 0 ends the old
- * secret now.
+ * switch to the new secret at any point of the overlap without rejecting a webhook. An overlap of 0 ends every
+ * previous secret now (a leaked secret); a rotation never extends an earlier rotation's overlap.
  */
 export async function rotateSubscriptionSecret(
   db: Kysely<any>,

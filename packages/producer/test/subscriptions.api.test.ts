@@ -126,7 +126,7 @@ describe('subscriptions', () => {
     })
   })
 
-  it('rotates with an overlap: the old secret stays until it ends, then is dropped at the next rotation', async () => {
+  it('rotates with an overlap: the old secret stays until it ends, then is dropped at the next rotation; 0 ends them all', async () => {
     const { id, secret: first } = await createSubscription(t.db, { url: 'https://x/h', name: 'api-rot' })
     const { secret: second } = await rotateSubscriptionSecret(t.db, id, { overlapMs: 3_600_000 })
     expect(second).not.toBe(first)
@@ -141,7 +141,8 @@ describe('subscriptions', () => {
     const kept = await secretsOf(id)
     expect(kept.map((row) => row.secret)).not.toContain(second)
     const inForce = kept.filter((row) => row.expires_at === null || row.expires_at.getTime() > Date.now())
-    expect(inForce.map((row) => row.secret)).toEqual([first, last])
+    // An overlap of 0 ends every earlier secret, the one still inside its hour included.
+    expect(inForce.map((row) => row.secret)).toEqual([last])
     await expect(rotateSubscriptionSecret(t.db, id, { overlapMs: -1 })).rejects.toMatchObject({
       option: 'overlapMs',
     })
@@ -153,17 +154,15 @@ describe('subscriptions', () => {
     const disabled = await disableSubscription(t.db, 'api-life-a', { reason: 'customer asked' })
     expect(disabled).toMatchObject({ state: 'disabled', disabledReason: 'customer asked' })
     expect(disabled.disabledAt).toBeInstanceOf(Date)
-    await t.db
-      .transaction()
-      .execute((trx) =>
-        enqueue(trx, {
-          aggregateType: 'life',
-          aggregateId: '1',
-          eventType: 'x',
-          payload: {},
-          tenant: 'life',
-        }),
-      )
+    await t.db.transaction().execute((trx) =>
+      enqueue(trx, {
+        aggregateType: 'life',
+        aggregateId: '1',
+        eventType: 'x',
+        payload: {},
+        tenant: 'life',
+      }),
+    )
     const count = async (id: string) =>
       Number(
         (

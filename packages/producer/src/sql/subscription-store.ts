@@ -145,8 +145,8 @@ export async function setSubscriptionState(
 }
 
 /**
- * Makes `secret` the subscription's current secret; the previous current one stays in use for `overlapMs` more
- * (relays sign with both meanwhile), and secrets whose overlap has ended are deleted. Returns false when the
+ * Makes `secret` the subscription's current secret; the previous ones stay in use for at most `overlapMs` more
+ * (relays sign with each meanwhile), and secrets whose overlap has ended are deleted. Returns false when the
  * subscription does not exist.
  */
 export async function rotateSecret(
@@ -165,8 +165,9 @@ export async function rotateSecret(
     await sql`
       DELETE FROM ${secrets} WHERE subscription_id = ${request.id}::uuid AND expires_at <= now()`.execute(trx)
     await sql`
-      UPDATE ${secrets} SET expires_at = now() + ${request.overlapMs} * interval '1 millisecond'
-      WHERE subscription_id = ${request.id}::uuid AND expires_at IS NULL`.execute(trx)
+      UPDATE ${secrets}
+      SET expires_at = least(expires_at, now() + ${request.overlapMs} * interval '1 millisecond')
+      WHERE subscription_id = ${request.id}::uuid`.execute(trx)
     await sql`
       INSERT INTO ${secrets} (subscription_id, secret) VALUES (${request.id}::uuid, ${request.secret})`.execute(
       trx,
