@@ -439,7 +439,15 @@ describe.concurrent('outbox relay', () => {
     const env = cliEnv({ DATABASE_URL: REFUSED_URL })
     const endpoint = ['--endpoint', 'http://127.0.0.1:9/hooks']
     const cases: [readonly string[], RegExp][] = [
-      [['relay'], /missing endpoint: pass --endpoint <url> or set OUTBOX_ENDPOINT/],
+      [
+        ['relay', '--secret', `whsec_${'A'.repeat(40)}`],
+        /--secret signs the --endpoint's requests, and no endpoint was given: stored subscriptions carry their own secrets/,
+      ],
+      [
+        [...endpoint, '--subscription', '00000000-0000-4000-8000-000000000001'],
+        /give --endpoint or --subscription, not both/,
+      ],
+      [['relay', '--subscription', 'acme'], /--subscription must be a non-empty array of subscription ids/],
       [['relay', '--endpoint', 'hooks.example.com'], /--endpoint is not a valid URL/],
       [['relay', '--endpoint', 'ftp://example.com/hooks'], /--endpoint must use http or https/],
       [

@@ -37,17 +37,26 @@ Example:
   DATABASE_URL=postgres://app@db:5432/app outbox migrate --schema outbox
 `,
 
-  relay: `Usage: outbox relay --endpoint <url> [options]
+  relay: `Usage: outbox relay [--endpoint <url> | --subscription <id>…] [options]
 
-Claims lanes (one per aggregate), POSTs their events in sequence order as signed webhooks, marks them sent after
+With --endpoint it delivers every event to that one URL (the implicit subscription, "default"). Without it, it
+serves the stored subscriptions (outbox subscriptions add): every enabled one, or those given by --subscription,
+each with its own URL, secrets, filters and limits.
+
+Claims lanes (one per subscription and aggregate), POSTs their events in sequence order as signed webhooks, marks them sent after
 a 2xx, retries failures and dead-letters what never succeeds. Run as many relays as you like. Logs one line per
 delivery event to stdout. On SIGINT/SIGTERM it stops claiming, lets in-flight requests finish (aborting them
 after --stop-timeout-ms), writes its marks, releases its claims so another relay takes over at once, and exits 0.
 A second signal exits at once (its claims then expire after --lease-ms).
 
 Options:
-  --endpoint <url>              the subscriber's webhook URL (required)          [env: OUTBOX_ENDPOINT]
-  --secret <whsec_…>            Standard Webhooks signing secret of at least 24 bytes; repeat it (or
+  --endpoint <url>              the subscriber's webhook URL                     [env: OUTBOX_ENDPOINT]
+  --subscription <id>           without --endpoint: serve only this stored subscription; repeat it (or
+                                comma-separate) for several (default: every enabled one)
+  --allow-private-networks      let stored subscriptions reach loopback, private and link-local addresses
+                                (refused by default: their URLs are customer input). Never needed for
+                                --endpoint, which is yours
+  --secret <whsec_…>            --endpoint's Standard Webhooks signing secret of at least 24 bytes; repeat it (or
                                 comma-separate) to sign with several during a rotation. Prefer the
                                 environment: flags show in ps. Without one, requests go out unsigned (warned).
                                 Make one: echo "whsec_$(openssl rand -base64 32)"
@@ -70,8 +79,45 @@ Options:
   --verbose                     also log the relay's own diagnostics (at the chosen --log-level)
 ${databaseOptions(28)}
 
-Example:
+Examples:
   OUTBOX_SECRET=whsec_… outbox relay --endpoint https://billing.internal/hooks --listen --log-format json
+  outbox relay --listen                      # every enabled stored subscription
+`,
+
+  subscriptions: `Usage: outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret [options]
+
+Stored subscriptions: each a webhook destination with its own URL, secret, tenant, event-type filter, retries
+and limits, served by every relay started without --endpoint. Each (subscription, aggregate) is its own lane: a
+subscription that is down or slow never delays another. <subscription> is an id or a name.
+
+  add --url <url> [settings]          create one; prints its id and its secret (shown this once only)
+  list [--tenant <t>] [--json]        every subscription, never their secrets
+  show <subscription> [--json]        one subscription
+  update <subscription> [settings]    change its URL, filters or limits (--clear <setting> to unset one)
+  disable <subscription> [--reason r] pause it: relays stop delivering; its events are kept (and pin pruning)
+  enable <subscription>               resume it, oldest events first
+  delete <subscription> [--yes]       delete it with every event recorded for it
+  rotate-secret <subscription> [--overlap 24h] [--secret whsec_…]
+                                      a new secret (printed once); the old ones are signed with as well until
+                                      the overlap ends (0 ends them now)
+
+Settings (add, update):
+  --url <url>                   the subscriber's http(s) URL
+  --name <name>                 a unique name, usable in place of the id
+  --tenant <tenant>             receive only this tenant's events (enqueue's tenant); without it, every event
+  --event-type <type>           receive only this type, exact or a prefix ending in * (order.*); repeatable
+  --secret <whsec_…>            (add) the signing secret; default: a new random one     [env: OUTBOX_SECRET]
+  --max-in-flight <n>           most of its lanes in flight at once, across every relay
+  --retry-schedule <durations>  its own retry delays, e.g. 5s,5m,30m (default: the relay's)
+  --request-timeout-ms <ms>     its own request timeout; must fit the relays' lease (default: the relay's)
+  --on-exhausted <skip|block>   its own rule when attempts run out (default: the relay's)
+  --json                        print the result as JSON
+${databaseOptions(28)}
+
+Examples:
+  outbox subscriptions add --url https://acme.example/hooks --name acme --tenant acme --event-type 'order.*'
+  outbox subscriptions disable acme --reason "customer asked"
+  outbox subscriptions rotate-secret acme --overlap 24h
 `,
 
   stats: `Usage: outbox stats [--json] [--watch [--interval 2s]] [options]
@@ -208,6 +254,10 @@ export type HelpTopic = keyof typeof HELP
 export const SUMMARIES: readonly (readonly [string, string])[] = [
   ['migrate', 'create or update the producer tables (idempotent)'],
   ['relay', 'deliver pending events to the endpoint until SIGINT/SIGTERM, then stop gracefully'],
+  [
+    'subscriptions',
+    'add, list, update, disable, enable, delete stored subscriptions, or rotate their secrets',
+  ],
   ['stats', 'lag, pending, in-flight, struggling, dead and blocked counts (--watch to follow)'],
   ['prune', 'delete sent events (and optionally dead letters) past retention, in bounded batches'],
   ['dead-letters', 'list dead letters, or redrive them (same event id and sequence)'],

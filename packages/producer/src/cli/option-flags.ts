@@ -5,6 +5,9 @@ import { UsageError } from './cli-error.js'
 const RENAMED: Readonly<Record<string, string>> = {
   signingSecret: '--secret',
   overdueAfterMs: '--overdue-after',
+  eventTypes: '--event-type',
+  overlapMs: '--overlap',
+  subscriptions: '--subscription',
 }
 
 /**

@@ -1,4 +1,4 @@
-import type { ListenOption, OnExhausted, Relay, RelayOptions } from '../index.js'
+import type { ListenOption, Logger, OnExhausted, Relay, RelayOptions } from '../index.js'
 import { silentLogger } from '../logger.js'
 import { UNSIGNED_WARNING } from '../unsigned-warning.js'
 import { DEFAULT_STOP_TIMEOUT_MS } from './cli-defaults.js'
@@ -23,6 +23,8 @@ const FLAGS = {
   ...DATABASE_FLAGS,
   endpoint: { type: 'string' },
   secret: { type: 'string', multiple: true },
+  subscription: { type: 'string', multiple: true },
+  'allow-private-networks': { type: 'boolean' },
   concurrency: { type: 'string' },
   'batch-size': { type: 'string' },
   'lease-ms': { type: 'string' },
@@ -92,18 +94,37 @@ function shownEndpoint(url: string): string {
   }
 }
 
+/** Says so when a relay without an endpoint starts with no enabled stored subscription to serve: it would idle. */
+async function warnWhenNothingServed(
+  producer: Producer,
+  db: Parameters<Producer['listSubscriptions']>[0],
+  schema: string,
+  ids: readonly string[] | undefined,
+  log: Logger,
+): Promise<void> {
+  const enabled = (await producer.listSubscriptions(db, { schema })).filter(
+    (subscription) =>
+      !subscription.implicit &&
+      subscription.state === 'enabled' &&
+      (ids === undefined || ids.includes(subscription.id)),
+  )
+  if (enabled.length === 0) {
+    log.warn(
+      {},
+      'no enabled stored subscription to serve: add one with outbox subscriptions add, or pass --endpoint <url>',
+    )
+  }
+}
+
 /**
  * `outbox relay`: delivers pending events until SIGINT/SIGTERM, then stops gracefully (finishes or aborts
  * in-flight requests, writes its marks and releases its claims) and exits 0.
  */
 export async function relayCommand(argv: readonly string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('relay', argv, FLAGS)
-  const endpoint = values.endpoint?.trim() || io.env.OUTBOX_ENDPOINT?.trim()
-  if (!endpoint) {
-    throw new UsageError(
-      'missing endpoint: pass --endpoint <url> or set OUTBOX_ENDPOINT (see outbox relay --help)',
-    )
-  }
+  // Without an endpoint the relay serves the stored subscriptions (outbox subscriptions add).
+  const endpoint = values.endpoint?.trim() || io.env.OUTBOX_ENDPOINT?.trim() || undefined
+  const subscriptions = values.subscription?.flatMap((value) => value.split(',')).map((id) => id.trim())
   const secrets = signingSecrets(values.secret, io.env)
   // Syntax only: the relay checks the bounds, and its errors are reported under these flags.
   const concurrency = numberFlag(values.concurrency)
@@ -136,6 +157,8 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
       const options: RelayOptions = {
         db,
         endpoint,
+        subscriptions,
+        allowPrivateNetworks: values['allow-private-networks'],
         secret: secrets.length > 0 ? secrets : undefined,
         concurrency,
         batchSize,
@@ -169,7 +192,14 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         const resolved = relay.options
         log.info(
           {
-            endpoint: shownEndpoint(endpoint),
+            ...(endpoint === undefined
+              ? {
+                  serving:
+                    subscriptions === undefined
+                      ? 'every enabled stored subscription'
+                      : subscriptions.join(','),
+                }
+              : { endpoint: shownEndpoint(endpoint) }),
             database: `${target.where}/${target.database}`,
             schema: target.schema,
             concurrency: resolved.concurrency,
@@ -187,7 +217,11 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         )
         // The relay warns through its logger, which the CLI keeps silent without --verbose; an operator must see
         // this one anyway, so the CLI says it itself then.
-        if (secrets.length === 0 && !values.verbose) log.warn({ signed: false }, UNSIGNED_WARNING)
+        if (endpoint !== undefined && secrets.length === 0 && !values.verbose) {
+          log.warn({ signed: false }, UNSIGNED_WARNING)
+        }
+        if (endpoint === undefined)
+          await warnWhenNothingServed(producer, db, target.schema, subscriptions, log)
         const signal = await interrupt.wait
         log.info(
           { stopTimeoutMs },

@@ -95,6 +95,9 @@ export function logRelayEvents(relay: Relay, log: Logger, target: DatabaseTarget
       'lane taken over from an expired claim; its head was charged one attempt',
     ),
   )
+  relay.on('subscription:skipped', (event) =>
+    log.warn({ event: 'subscription:skipped', ...event }, 'subscription skipped until it is fixed'),
+  )
   relay.on('relay:error', ({ error, during }) =>
     log.error(
       { event: 'relay:error', during, error: explainDatabaseError(error, target) ?? error },

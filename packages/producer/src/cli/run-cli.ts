@@ -15,6 +15,7 @@ const COMMANDS: Readonly<Record<string, () => Promise<CommandRun>>> = {
   prune: async () => (await import('./prune-command.js')).pruneCommand,
   'dead-letters': async () => (await import('./dead-letters-command.js')).deadLettersCommand,
   doctor: async () => (await import('./doctor-command.js')).doctorCommand,
+  subscriptions: async () => (await import('./subscriptions-command.js')).subscriptionsCommand,
 }
 
 const NAMES = SUMMARIES.map(([name]) => name).join(', ')

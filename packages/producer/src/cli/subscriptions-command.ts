@@ -1,0 +1,315 @@
+import type { Kysely } from 'kysely'
+import type { CreateSubscriptionInput, Subscription, SubscriptionChanges } from '../index.js'
+import { UsageError } from './cli-error.js'
+import { type CliIo, writeLine } from './command.js'
+import { formatTable } from './format-text.js'
+import { loadProducer, type Producer } from './load-producer.js'
+import { resolveDatabase, withDatabase } from './open-database.js'
+import { withFlagNames } from './option-flags.js'
+import { choiceFlag, DATABASE_FLAGS, durationFlag, numberFlag, parseFlags } from './parse-flags.js'
+
+/** The flags that set a subscription's settings (add, update). */
+const SETTING_FLAGS = {
+  url: { type: 'string' },
+  name: { type: 'string' },
+  tenant: { type: 'string' },
+  'event-type': { type: 'string', multiple: true },
+  'max-in-flight': { type: 'string' },
+  'retry-schedule': { type: 'string' },
+  'request-timeout-ms': { type: 'string' },
+  'on-exhausted': { type: 'string' },
+  json: { type: 'boolean' },
+} as const
+
+/** Settings `update --clear` may unset (back to every tenant, every type, the relay's defaults). */
+const CLEARABLE: Readonly<Record<string, keyof SubscriptionChanges>> = {
+  name: 'name',
+  tenant: 'tenant',
+  'event-type': 'eventTypes',
+  'max-in-flight': 'maxInFlight',
+  'retry-schedule': 'retrySchedule',
+  'request-timeout-ms': 'requestTimeoutMs',
+  'on-exhausted': 'onExhausted',
+}
+
+type SettingValues = {
+  readonly [K in keyof typeof SETTING_FLAGS]?: (typeof SETTING_FLAGS)[K] extends { multiple: true }
+    ? string[]
+    : (typeof SETTING_FLAGS)[K]['type'] extends 'boolean'
+      ? boolean
+      : string
+}
+
+/** The settings typed on the command line, as the library takes them (it checks their bounds). */
+function settingsOf(values: SettingValues): SubscriptionChanges {
+  const settings: Record<string, unknown> = {}
+  if (values.url !== undefined) settings.url = values.url
+  if (values.name !== undefined) settings.name = values.name
+  if (values.tenant !== undefined) settings.tenant = values.tenant
+  if (values['event-type'] !== undefined) settings.eventTypes = values['event-type']
+  if (values['max-in-flight'] !== undefined) settings.maxInFlight = numberFlag(values['max-in-flight'])
+  if (values['request-timeout-ms'] !== undefined) {
+    settings.requestTimeoutMs = numberFlag(values['request-timeout-ms'])
+  }
+  if (values['retry-schedule'] !== undefined) {
+    settings.retrySchedule = values['retry-schedule']
+      .split(',')
+      .map((part) => part.trim())
+      .filter(Boolean)
+      .map((part) => durationFlag(part, 'retry-schedule'))
+  }
+  if (values['on-exhausted'] !== undefined) {
+    settings.onExhausted = choiceFlag(values['on-exhausted'], 'on-exhausted', ['skip', 'block'])
+  }
+  return settings
+}
+
+function describe(subscription: Subscription): string[][] {
+  const or = (value: unknown, fallback: string) =>
+    value === null || value === undefined ? fallback : String(value)
+  return [
+    ['id', subscription.id],
+    ['name', or(subscription.name, '-')],
+    ['url', subscription.implicit ? '(the relay --endpoint)' : or(subscription.url, '-')],
+    ['state', subscription.state + (subscription.disabledReason ? ` (${subscription.disabledReason})` : '')],
+    ['tenant', or(subscription.tenant, 'every tenant')],
+    ['event types', subscription.eventTypes?.join(', ') ?? 'every type'],
+    ['max in flight', or(subscription.maxInFlight, 'no limit')],
+    ['retry schedule', subscription.retrySchedule?.map((ms) => `${ms}ms`).join(',') ?? "the relay's"],
+    [
+      'request timeout',
+      subscription.requestTimeoutMs === null ? "the relay's" : `${subscription.requestTimeoutMs}ms`,
+    ],
+    ['on exhausted', or(subscription.onExhausted, "the relay's")],
+    [
+      'secret',
+      subscription.implicit
+        ? '(the relay --secret)'
+        : `set ${subscription.secretCreatedAt?.toISOString() ?? '-'}${
+            subscription.secretOverlapEnds.length > 0
+              ? `; previous signed with until ${subscription.secretOverlapEnds.map((end) => end.toISOString()).join(', ')}`
+              : ''
+          }`,
+    ],
+    ['created', subscription.createdAt.toISOString()],
+  ]
+}
+
+function print(io: CliIo, json: boolean | undefined, subscription: Subscription): void {
+  if (json) writeLine(io.stdout, JSON.stringify(subscription, null, 2))
+  else for (const line of formatTable(describe(subscription))) writeLine(io.stdout, line)
+}
+
+/** The one positional argument naming the subscription (an id or a name). */
+function refOf(action: string, positionals: readonly string[]): string {
+  if (positionals.length !== 1) {
+    throw new UsageError(
+      `${action} takes one subscription id or name (see outbox subscriptions --help)${
+        positionals.length > 1 ? `; got ${positionals.length}` : ''
+      }`,
+    )
+  }
+  return positionals[0]!
+}
+
+/** `outbox subscriptions …`: manage stored subscriptions (see its help page). */
+export async function subscriptionsCommand(argv: readonly string[], io: CliIo): Promise<number> {
+  const [action, ...rest] = argv
+  const command = `subscriptions ${action ?? ''}`.trim()
+  const run = async <T>(
+    values: Readonly<Record<string, unknown>>,
+    work: (db: Kysely<any>, producer: Producer, schema: string) => Promise<T>,
+  ): Promise<T> => {
+    const target = resolveDatabase(values as never, io.env)
+    const producer = await loadProducer()
+    return await withFlagNames(values, () =>
+      withDatabase(target, { applicationName: 'outbox subscriptions', max: 1 }, (db) =>
+        work(db, producer, target.schema),
+      ),
+    )
+  }
+  switch (action) {
+    case 'add': {
+      const { values, positionals } = parseFlags(
+        command,
+        rest,
+        { ...DATABASE_FLAGS, ...SETTING_FLAGS, secret: { type: 'string' } },
+        true,
+      )
+      if (positionals.length > 0)
+        throw new UsageError('add takes flags only, e.g. --url <url> (see outbox subscriptions --help)')
+      if (values.url === undefined)
+        throw new UsageError('add needs --url <url> (see outbox subscriptions --help)')
+      const secret = values.secret ?? (io.env.OUTBOX_SECRET || undefined)
+      const created = await run(values, (db, producer, schema) =>
+        producer.createSubscription(
+          db,
+          { ...(settingsOf(values) as CreateSubscriptionInput), ...(secret ? { secret } : {}) },
+          { schema },
+        ),
+      )
+      if (values.json) writeLine(io.stdout, JSON.stringify(created))
+      else {
+        writeLine(io.stdout, `created subscription ${created.id}`)
+        writeLine(io.stdout, `secret: ${created.secret}`)
+        writeLine(
+          io.stderr,
+          'the secret is shown this once: hand it to the subscriber now (it verifies with it)',
+        )
+      }
+      return 0
+    }
+    case 'list': {
+      const { values } = parseFlags(command, rest, {
+        ...DATABASE_FLAGS,
+        tenant: { type: 'string' },
+        json: { type: 'boolean' },
+      })
+      const listed: Subscription[] = await run(values, (db, producer, schema) =>
+        producer.listSubscriptions(db, {
+          schema,
+          ...(values.tenant === undefined ? {} : { tenant: values.tenant }),
+        }),
+      )
+      if (values.json) {
+        writeLine(io.stdout, JSON.stringify(listed, null, 2))
+        return 0
+      }
+      const header = ['ID', 'NAME', 'STATE', 'TENANT', 'EVENT TYPES', 'URL']
+      const rows = listed.map((subscription) => [
+        subscription.id,
+        subscription.name ?? '-',
+        subscription.state,
+        subscription.tenant ?? '*',
+        subscription.eventTypes?.join(',') ?? '*',
+        subscription.implicit ? '(relay --endpoint)' : (subscription.url ?? '-'),
+      ])
+      for (const line of formatTable([header, ...rows])) writeLine(io.stdout, line)
+      return 0
+    }
+    case 'show': {
+      const { values, positionals } = parseFlags(
+        command,
+        rest,
+        { ...DATABASE_FLAGS, json: { type: 'boolean' } },
+        true,
+      )
+      const ref = refOf('show', positionals)
+      const found: Subscription | undefined = await run(values, (db, producer, schema) =>
+        producer.getSubscription(db, ref, { schema }),
+      )
+      if (!found)
+        throw new UsageError(`no subscription ${JSON.stringify(ref)} (see outbox subscriptions list)`)
+      print(io, values.json, found)
+      return 0
+    }
+    case 'update': {
+      const { values, positionals } = parseFlags(
+        command,
+        rest,
+        { ...DATABASE_FLAGS, ...SETTING_FLAGS, clear: { type: 'string', multiple: true } },
+        true,
+      )
+      const ref = refOf('update', positionals)
+      const changes: Record<string, unknown> = { ...settingsOf(values) }
+      for (const flag of values.clear ?? []) {
+        const setting = CLEARABLE[flag.replace(/^--/, '')]
+        if (!setting) {
+          throw new UsageError(
+            `--clear takes one of ${Object.keys(CLEARABLE).join(', ')}; got ${JSON.stringify(flag)}`,
+          )
+        }
+        changes[setting] = null
+      }
+      const updated: Subscription = await run(values, (db, producer, schema) =>
+        producer.updateSubscription(db, ref, changes, { schema }),
+      )
+      print(io, values.json, updated)
+      return 0
+    }
+    case 'disable':
+    case 'enable': {
+      const { values, positionals } = parseFlags(
+        command,
+        rest,
+        { ...DATABASE_FLAGS, reason: { type: 'string' }, json: { type: 'boolean' } },
+        true,
+      )
+      const ref = refOf(action, positionals)
+      const { reason } = values
+      if (action === 'enable' && reason !== undefined) throw new UsageError('--reason goes with disable only')
+      const changed: Subscription = await run(values, (db, producer, schema) =>
+        action === 'disable'
+          ? producer.disableSubscription(db, ref, { schema, ...(reason === undefined ? {} : { reason }) })
+          : producer.enableSubscription(db, ref, { schema }),
+      )
+      if (values.json) writeLine(io.stdout, JSON.stringify(changed, null, 2))
+      else writeLine(io.stdout, `${changed.name ?? changed.id} is ${changed.state}`)
+      return 0
+    }
+    case 'delete': {
+      const { values, positionals } = parseFlags(
+        command,
+        rest,
+        { ...DATABASE_FLAGS, yes: { type: 'boolean' }, json: { type: 'boolean' } },
+        true,
+      )
+      const ref = refOf('delete', positionals)
+      if (!values.yes) {
+        throw new UsageError(
+          `delete removes the subscription and every event recorded for it, pending ones included: add --yes to confirm (or disable it: outbox subscriptions disable ${ref})`,
+        )
+      }
+      const result: { deleted: number; pendingDeleted: number } = await run(values, (db, producer, schema) =>
+        producer.deleteSubscription(db, ref, { schema }),
+      )
+      if (values.json) writeLine(io.stdout, JSON.stringify(result))
+      else
+        writeLine(
+          io.stdout,
+          `deleted ${ref}: ${result.deleted} event rows, ${result.pendingDeleted} of them pending`,
+        )
+      return 0
+    }
+    case 'rotate-secret': {
+      const { values, positionals } = parseFlags(
+        command,
+        rest,
+        {
+          ...DATABASE_FLAGS,
+          overlap: { type: 'string' },
+          secret: { type: 'string' },
+          json: { type: 'boolean' },
+        },
+        true,
+      )
+      const ref = refOf('rotate-secret', positionals)
+      const overlapMs = durationFlag(values.overlap, 'overlap')
+      const secret = values.secret ?? (io.env.OUTBOX_SECRET || undefined)
+      const rotated: { secret: string } = await run(values, (db, producer, schema) =>
+        producer.rotateSubscriptionSecret(db, ref, {
+          schema,
+          ...(overlapMs === undefined ? {} : { overlapMs }),
+          ...(secret ? { secret } : {}),
+        }),
+      )
+      if (values.json) writeLine(io.stdout, JSON.stringify(rotated))
+      else {
+        writeLine(io.stdout, `secret: ${rotated.secret}`)
+        writeLine(
+          io.stderr,
+          'the new secret is shown this once; requests carry both signatures until the overlap ends',
+        )
+      }
+      return 0
+    }
+    case undefined:
+      throw new UsageError(
+        'missing subcommand: outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret (see outbox subscriptions --help)',
+      )
+    default:
+      throw new UsageError(
+        `unknown subcommand ${JSON.stringify(action)}: use outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret (see outbox subscriptions --help)`,
+      )
+  }
+}

@@ -1,0 +1,160 @@
+import { startSink, useTestDatabase } from '@outbox/test-harness'
+import { sql } from 'kysely'
+import { Webhook } from 'standardwebhooks'
+import { beforeAll, describe, expect, it } from 'vitest'
+import { disableSubscription, enqueue, getSubscription, IMPLICIT_SUBSCRIPTION_ID } from '../src/index.js'
+import { buildCli, cliEnv, expectFailure, runCli, startCli } from './cli-process.js'
+
+const t = useTestDatabase()
+
+beforeAll(() => {
+  buildCli()
+}, 120_000)
+
+describe('outbox subscriptions', () => {
+  it('adds, shows, lists, updates, disables, enables, rotates and deletes, never printing a stored secret', async () => {
+    const env = cliEnv({ DATABASE_URL: t.url })
+    const added = await runCli(
+      [
+        'subscriptions',
+        'add',
+        '--url',
+        'https://acme.example/hooks',
+        '--name',
+        'cli-acme',
+        '--tenant',
+        'acme',
+        '--event-type',
+        'order.*',
+        '--event-type',
+        'invoice.paid',
+        '--max-in-flight',
+        '4',
+        '--retry-schedule',
+        '5s,5m',
+        '--json',
+      ],
+      env,
+    )
+    expect(added, added.stderr).toMatchObject({ code: 0 })
+    const { id, secret } = JSON.parse(added.stdout)
+    expect(secret).toMatch(/^whsec_/)
+    expect(await getSubscription(t.db, id)).toMatchObject({
+      name: 'cli-acme',
+      tenant: 'acme',
+      eventTypes: ['order.*', 'invoice.paid'],
+      maxInFlight: 4,
+      retrySchedule: [5000, 300_000],
+    })
+
+    const shown = await runCli(['subscriptions', 'show', 'cli-acme'], env)
+    expect(shown.stdout).toMatch(/^name +cli-acme$/m)
+    expect(shown.stdout).toMatch(/^event types +order\.\*, invoice\.paid$/m)
+    const listed = await runCli(['subscriptions', 'list'], env)
+    expect(listed.stdout).toMatch(/^ID +NAME +STATE +TENANT +EVENT TYPES +URL$/m)
+    expect(listed.stdout).toContain(`${id}  cli-acme`)
+    expect(listed.stdout).toMatch(new RegExp(`^${IMPLICIT_SUBSCRIPTION_ID} +default +enabled`, 'm'))
+
+    const updated = await runCli(
+      ['subscriptions', 'update', id, '--url', 'https://acme.example/v2', '--clear', 'tenant', '--json'],
+      env,
+    )
+    expect(JSON.parse(updated.stdout)).toMatchObject({ url: 'https://acme.example/v2', tenant: null })
+
+    const disabled = await runCli(['subscriptions', 'disable', 'cli-acme', '--reason', 'paused by ops'], env)
+    expect(disabled.stdout.trim()).toBe('cli-acme is disabled')
+    expect(await getSubscription(t.db, id)).toMatchObject({
+      state: 'disabled',
+      disabledReason: 'paused by ops',
+    })
+    expect((await runCli(['subscriptions', 'enable', 'cli-acme'], env)).stdout.trim()).toBe(
+      'cli-acme is enabled',
+    )
+
+    const rotated = await runCli(
+      ['subscriptions', 'rotate-secret', 'cli-acme', '--overlap', '1h', '--json'],
+      env,
+    )
+    const { secret: fresh } = JSON.parse(rotated.stdout)
+    expect(fresh).toMatch(/^whsec_/)
+    expect(fresh).not.toBe(secret)
+    for (const output of [shown, listed, updated, disabled].map((result) => result.stdout + result.stderr)) {
+      expect(output).not.toContain(secret.slice(6, 20))
+    }
+
+    expectFailure(await runCli(['subscriptions', 'delete', 'cli-acme'], env), 2, /add --yes to confirm/)
+    const deleted = await runCli(['subscriptions', 'delete', 'cli-acme', '--yes'], env)
+    expect(deleted.stdout.trim()).toBe('deleted cli-acme: 0 event rows, 0 of them pending')
+    expect(await getSubscription(t.db, id)).toBeUndefined()
+  })
+
+  it('refuses bad input naming the flag, and an unknown subscription, with nothing stored', async () => {
+    const env = cliEnv({ DATABASE_URL: t.url })
+    expectFailure(await runCli(['subscriptions', 'add'], env), 2, /add needs --url/)
+    expectFailure(
+      await runCli(['subscriptions', 'add', '--url', 'https://x/h', '--max-in-flight', 'lots'], env),
+      2,
+      /--max-in-flight must be an integer from 1/,
+    )
+    expectFailure(
+      await runCli(['subscriptions', 'add', '--url', 'https://x/h', '--event-type', 'a*b'], env),
+      2,
+      /--event-type entries are an exact type or a prefix ending in \*/,
+    )
+    expectFailure(
+      await runCli(['subscriptions', 'add', '--url', 'gopher://x'], env),
+      2,
+      /--url must use http or https/,
+    )
+    expectFailure(await runCli(['subscriptions', 'show', 'nobody'], env), 2, /no subscription "nobody"/)
+    expectFailure(await runCli(['subscriptions', 'disable', 'nobody'], env), 1, /no subscription "nobody"/)
+    expectFailure(await runCli(['subscriptions', 'frobnicate'], env), 2, /unknown subcommand "frobnicate"/)
+    const { rows } = await sql<{ n: string }>`SELECT count(*) AS n FROM outbox_subscription`.execute(t.db)
+    expect(rows[0]!.n).toBe('1')
+  })
+
+  it('outbox relay without --endpoint serves the stored subscriptions, signed with their own secrets', async ({
+    onTestFinished,
+  }) => {
+    const schema = 'cli_stored'
+    const env = cliEnv({ DATABASE_URL: t.url, OUTBOX_SCHEMA: schema })
+    expect((await runCli(['migrate'], env)).code).toBe(0)
+    const sink = await startSink()
+    try {
+      const added = await runCli(
+        ['subscriptions', 'add', '--url', sink.url, '--name', 'cli-relay', '--json'],
+        env,
+      )
+      const { secret } = JSON.parse(added.stdout)
+      await disableSubscription(t.db, IMPLICIT_SUBSCRIPTION_ID, { schema })
+      await t.db
+        .transaction()
+        .execute((trx) =>
+          enqueue(
+            trx,
+            { aggregateType: 'order', aggregateId: 'c1', eventType: 'order.created', payload: {} },
+            { schema },
+          ),
+        )
+      // Loopback is refused by default: a stored subscription's URL is customer input.
+      const relay = startCli(['relay', '--allow-private-networks', '--poll-interval-ms', '50'], env, {
+        onTestFinished,
+      })
+      await relay.waitFor(() => sink.requests.length === 1, 'the delivery')
+      const request = sink.requests[0]!
+      expect(() =>
+        new Webhook(secret).verify(request.body, {
+          'webhook-id': request.headers['webhook-id'] as string,
+          'webhook-timestamp': request.headers['webhook-timestamp'] as string,
+          'webhook-signature': request.headers['webhook-signature'] as string,
+        }),
+      ).not.toThrow()
+      const result = await relay.stop('SIGTERM')
+      expect(result.code).toBe(0)
+      expect(result.stdout).toMatch(/relay started serving="every enabled stored subscription"/)
+      expect(result.stdout).not.toMatch(/unsigned/)
+    } finally {
+      await sink.close()
+    }
+  })
+})
