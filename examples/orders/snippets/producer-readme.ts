@@ -94,3 +94,33 @@ const report = await checkIntegrity(db, { maxLeaseMs: 60_000 }) // { ok, violati
 if (!report.ok) await repairIntegrity(db) // lane by lane, like a claim; returns what it did and a fresh check
 // #endregion integrity
 console.log(next.length, redriven, notDead)
+
+// #region subscriptions
+import { createSubscription, Relay } from '@outbox/producer'
+
+// Once per customer endpoint (or from the CLI: outbox subscriptions add --url … --tenant acme).
+const { id: acmeId, secret: acmeSecret } = await createSubscription(db, {
+  url: 'https://acme.example/hooks',
+  name: 'acme',
+  tenant: 'acme', // only Acme's events
+  eventTypes: ['order.*'], // exact types, or prefixes ending in *
+  maxInFlight: 8, // at most 8 of its lanes in flight, across every relay
+})
+// `acmeSecret` is returned this once: hand it to Acme, whose consumer verifies with it.
+
+// In the business transaction, the tenant routes the event.
+await db.transaction().execute((trx) =>
+  enqueue(trx, {
+    aggregateType: 'order',
+    aggregateId: '42',
+    eventType: 'order.created',
+    payload: { orderId: '42' },
+    tenant: 'acme',
+  }),
+)
+
+// A relay without `endpoint` serves every enabled stored subscription.
+const relay = new Relay({ db })
+await relay.start()
+// #endregion subscriptions
+console.log(acmeId, acmeSecret)
