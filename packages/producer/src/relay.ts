@@ -8,6 +8,7 @@ import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
 import { type RelayRuntime, runtimeOf, sleep } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
+import { checkSchemaNotNewer } from './schema-version.js'
 import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
 import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
@@ -105,6 +106,8 @@ export class Relay {
   readonly #runtime: RelayRuntime
   readonly #events: RelayEvents
   readonly #sender: WebhookSender
+  /** True once the schema was found not newer than this release (see {@link checkSchemaNotNewer}). */
+  #schemaChecked = false
   readonly #targets: SubscriptionTargets
   /** Lanes held per subscription (claimed ahead or in delivery), for fair claims and slots between subscriptions. */
   readonly #held = new Map<string, number>()
@@ -553,6 +556,12 @@ export class Relay {
     this.#lastClaimAt = this.#runtime.clock.now()
     let result: ClaimResult
     try {
+      // Once per relay, before its first claim: a schema a newer release migrated is refused, every claim, until
+      // this relay is upgraded (reported as a claim error, as a schema that is too old is).
+      if (!this.#schemaChecked) {
+        await checkSchemaNotNewer(this.#options)
+        this.#schemaChecked = true
+      }
       // The resolved options are the SQL context (db, schema): nothing is built per claim.
       result = await claimLanes(this.#options, {
         subscriptions: subscriptions.filter((subscription) => subscription.room > 0),

@@ -94,6 +94,25 @@ describe('upgrading to subscriptions (0008)', () => {
     }
   })
 
+  it('a relay refuses a schema that a newer release migrated, naming the migrations it does not know', async () => {
+    const schema = 'from_the_future'
+    await migrate(t.db, { schema })
+    await sql`
+      INSERT INTO ${sql.id(schema, PRODUCER_MIGRATION_TABLE)} (name, timestamp)
+      VALUES ('0099_from_the_future', now()::text)`.execute(t.db)
+    const relay = new Relay({ db: t.db, schema, endpoint: 'http://127.0.0.1:9/hooks', logger: silentLogger })
+    await expect(relay.runOnce()).rejects.toMatchObject({
+      code: 'ERR_OUTBOX_SCHEMA_NEWER',
+      message: expect.stringMatching(
+        /migrated by a newer @outbox\/producer \(0099_from_the_future\): upgrade/,
+      ),
+    })
+    await sql`DELETE FROM ${sql.id(schema, PRODUCER_MIGRATION_TABLE)} WHERE name = '0099_from_the_future'`.execute(
+      t.db,
+    )
+    expect(await relay.runOnce()).toEqual({ delivered: 0, failed: 0, dead: 0 })
+  })
+
   it("refuses the previous release's relay with OB001 and a message that says to upgrade", async () => {
     const schema = 'old_relay'
     await migrate(t.db, { schema })

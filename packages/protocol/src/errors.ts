@@ -11,6 +11,7 @@
  * - `ERR_OUTBOX_PAYLOAD_TOO_LARGE`: a payload above the size limit.
  * - `ERR_OUTBOX_MIGRATION_FAILED`: `migrate` could not bring the tables up to date; see `cause`.
  * - `ERR_OUTBOX_SCHEMA_OUTDATED`: the tables were migrated by an older version; run `migrate`.
+ * - `ERR_OUTBOX_SCHEMA_NEWER`: the tables were migrated by a newer version; upgrade this one.
  * - `ERR_OUTBOX_BODY_ALREADY_PARSED`: a body parser read the request before the consumer's `dedupe`.
  * - `ERR_OUTBOX_SUBSCRIPTION_NOT_FOUND`: no subscription has the id or name given.
  *
@@ -30,6 +31,7 @@ export type OutboxErrorCode =
   | 'ERR_OUTBOX_PAYLOAD_TOO_LARGE'
   | 'ERR_OUTBOX_MIGRATION_FAILED'
   | 'ERR_OUTBOX_SCHEMA_OUTDATED'
+  | 'ERR_OUTBOX_SCHEMA_NEWER'
   | 'ERR_OUTBOX_BODY_ALREADY_PARSED'
   | 'ERR_OUTBOX_SUBSCRIPTION_NOT_FOUND'
 

@@ -1,5 +1,6 @@
 import type { ListenOption, Logger, OnExhausted, Relay, RelayOptions } from '../index.js'
 import { silentLogger } from '../logger.js'
+import { checkSchemaNotNewer } from '../schema-version.js'
 import { UNSIGNED_WARNING } from '../unsigned-warning.js'
 import { DEFAULT_STOP_TIMEOUT_MS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
@@ -178,6 +179,8 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
       // One read up front: an unreachable database or missing tables fail the command now, with one line,
       // instead of a relay that retries forever.
       await producer.stats(db, { schema: target.schema })
+      // And a schema a newer release migrated fails it too, rather than a relay reporting it on every claim.
+      await checkSchemaNotNewer({ db, schema: target.schema })
 
       const interrupt = catchInterrupt((signal) => {
         log.warn({}, `second ${signal}: exiting without releasing claims (they expire with their lease)`)
