@@ -12,6 +12,8 @@
  * - `ERR_OUTBOX_MIGRATION_FAILED`: `migrate` could not bring the tables up to date; see `cause`.
  * - `ERR_OUTBOX_SCHEMA_OUTDATED`: the tables were migrated by an older version; run `migrate`.
  * - `ERR_OUTBOX_BODY_ALREADY_PARSED`: a body parser read the request before the consumer's `dedupe`.
+ * - `ERR_OUTBOX_PRIVATE_ADDRESS`: the relay refused to connect a stored subscription's URL to a loopback, private,
+ *   link-local or otherwise non-public address (relay option `allowPrivateNetworks` allows it).
  *
  * @example
  * ```ts
@@ -30,6 +32,7 @@ export type OutboxErrorCode =
   | 'ERR_OUTBOX_MIGRATION_FAILED'
   | 'ERR_OUTBOX_SCHEMA_OUTDATED'
   | 'ERR_OUTBOX_BODY_ALREADY_PARSED'
+  | 'ERR_OUTBOX_PRIVATE_ADDRESS'
 
 /**
  * Writes an option error's message with the given spellings: `name` spells an option (`'batchSize'` for the
