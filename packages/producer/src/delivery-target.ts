@@ -19,6 +19,11 @@ export interface DeliveryTarget {
   readonly retrySchedule: readonly number[]
   readonly maxAttempts: number
   readonly onExhausted: OnExhausted
+  /**
+   * True when the URL is customer input that may only reach public addresses (a stored subscription, unless the
+   * relay has `allowPrivateNetworks`); false for the operator's own `endpoint`, which is never checked.
+   */
+  readonly restricted: boolean
 }
 
 /** The implicit subscription's target, from a relay given an `endpoint`. */
@@ -35,5 +40,6 @@ export function implicitTarget(
     retrySchedule: options.retrySchedule,
     maxAttempts: options.maxAttempts,
     onExhausted: options.onExhausted,
+    restricted: false,
   })
 }

@@ -6,6 +6,8 @@ import {
   signWebhook,
 } from '@outbox/protocol'
 import { Agent } from 'undici'
+import type { DeliveryTarget } from './delivery-target.js'
+import { checkLiteralHost, guardedLookup } from './network-guard.js'
 import type { EndpointEvent } from './options.js'
 import { parseRetryAfter } from './retry-policy.js'
 import type { Clock } from './runtime.js'
@@ -30,12 +32,25 @@ export type DeliveryOutcome =
 /** The longest slice of an error answer kept as `last_error`. */
 const MAX_ERROR_BODY = 500
 
+/** What every agent of a sender shares: one request in flight per connection, sockets kept 30 s. */
+const AGENT_OPTIONS = { keepAliveTimeout: 30_000, pipelining: 1 } as const
+
 /**
  * Sends webhooks over a keep-alive undici pool (several times the throughput of `fetch` on the hot path).
  * One instance per relay; `close()` ends its sockets.
+ *
+ * Restricted targets (stored subscriptions, whose URLs are customer input) go through a second pool, made at their
+ * first request, whose connections resolve names with {@link guardedLookup}: a name that resolves to a loopback,
+ * private or link-local address is refused at connect time, and an IP literal before sending. A separate pool, so
+ * a socket the operator's `endpoint` opened to an internal host is never lent to a customer's URL, and the
+ * `endpoint`'s own connections pay for no check at all.
  */
 export class WebhookSender {
   readonly #agent: Agent
+  readonly #connections: number
+  /** The pool of restricted targets, made at their first request; undefined until then. */
+  #guardedAgent: Agent | undefined
+  #guardedTransport: WebhookTransport | undefined
   readonly #keys: readonly SigningKey[]
   /** Called at the first request sent without a signature; undefined once called (or when signing). */
   #onUnsigned: (() => void) | undefined
@@ -59,7 +74,8 @@ export class WebhookSender {
     this.#keys = options.keys
     this.#onUnsigned = options.keys.length === 0 ? options.onUnsigned : undefined
     this.#timeoutMs = options.timeoutMs
-    this.#agent = new Agent({ connections: options.connections, keepAliveTimeout: 30_000, pipelining: 1 })
+    this.#connections = options.connections
+    this.#agent = new Agent({ connections: options.connections, ...AGENT_OPTIONS })
     this.#transport = {
       dispatcher: this.#agent,
       timeoutMs: options.timeoutMs,
@@ -73,15 +89,18 @@ export class WebhookSender {
 
   /**
    * POSTs one event; never throws — every way it can end is an outcome. `abort` cuts it short (stop). `target`
-   * gives a subscription's own secrets and timeout, in place of the sender's.
+   * gives a subscription's own secrets and timeout, in place of the sender's, and whether its URL may only reach
+   * public addresses: a refused address is a failed attempt whose error says why and what to do.
    */
   async send(
     url: string,
     event: EndpointEvent,
     body: string,
     abort?: AbortSignal,
-    target?: { readonly signingKeys: readonly SigningKey[]; readonly requestTimeoutMs: number },
+    target?: Pick<DeliveryTarget, 'signingKeys' | 'requestTimeoutMs' | 'restricted'>,
   ): Promise<DeliveryOutcome> {
+    const restricted = target?.restricted === true
+    const parsed = this.#parse(url)
     const keys = target?.signingKeys ?? this.#keys
     const timeoutMs = target?.requestTimeoutMs ?? this.#timeoutMs
     const headers: Record<string, string> = {
@@ -101,9 +120,15 @@ export class WebhookSender {
       }
     }
     if (abort?.aborted) return { kind: 'aborted' }
+    if (restricted) {
+      // net.connect never calls the guarded lookup for an IP literal: refuse one here, before any socket.
+      const refusal = checkLiteralHost(parsed)
+      if (refusal) return { kind: 'failure', httpStatus: null, error: refusal.message }
+    }
     if (abort) this.#watch(abort)
-    const transport = timeoutMs === this.#timeoutMs ? this.#transport : { ...this.#transport, timeoutMs }
-    const response = await postWebhook(transport, this.#parse(url), headers, body)
+    const shared = restricted ? this.#guarded() : this.#transport
+    const transport = timeoutMs === shared.timeoutMs ? shared : { ...shared, timeoutMs }
+    const response = await postWebhook(transport, parsed, headers, body)
     switch (response.kind) {
       case 'aborted':
         return { kind: 'aborted' }
@@ -121,6 +146,20 @@ export class WebhookSender {
     return retryAfterMs === undefined
       ? { kind: 'failure', httpStatus: status, error }
       : { kind: 'failure', httpStatus: status, error, retryAfterMs }
+  }
+
+  /** The restricted targets' transport, its pool made now if this is their first request. */
+  #guarded(): WebhookTransport {
+    if (this.#guardedTransport === undefined) {
+      this.#guardedAgent = new Agent({
+        connections: this.#connections,
+        ...AGENT_OPTIONS,
+        // net.connect calls this for every DNS name (never for an IP literal: send checks those).
+        connect: { lookup: guardedLookup },
+      })
+      this.#guardedTransport = { ...this.#transport, dispatcher: this.#guardedAgent }
+    }
+    return this.#guardedTransport
   }
 
   #parse(url: string): URL {
@@ -150,8 +189,9 @@ export class WebhookSender {
     for (const request of this.#inFlight) request.abort()
   }
 
+  /** Ends the sockets of both pools. */
   async close(): Promise<void> {
-    await this.#agent.close()
+    await Promise.all([this.#agent.close(), this.#guardedAgent?.close()])
   }
 }
 
@@ -166,6 +206,9 @@ function readStatus(text: string): DeliveryStatus | null {
 }
 
 function describeNetworkError(error: unknown): string {
+  // A refusal by the guarded lookup already says what happened and what to do; its code would only add noise.
+  if ((error as { code?: unknown } | undefined)?.code === 'ERR_OUTBOX_PRIVATE_ADDRESS')
+    return (error as Error).message
   if (error instanceof Error) {
     const code = (error as { code?: unknown }).code ?? (error.cause as { code?: unknown } | undefined)?.code
     return typeof code === 'string' ? `${code}: ${error.message}` : error.message

@@ -31,6 +31,7 @@ export {
 } from './listen.js'
 export { consoleLogger, type Logger, type LogMethod, silentLogger } from './logger.js'
 export { LATENCY_BUCKETS, type MetricsOptions, type MetricsRegistry } from './metrics.js'
+export { isPublicAddress, PrivateAddressError } from './network-guard.js'
 export {
   DEFAULT_BATCH_SIZE,
   DEFAULT_CONCURRENCY,

@@ -104,6 +104,7 @@ export class SubscriptionTargets {
       retrySchedule,
       maxAttempts: retrySchedule.length + 1,
       onExhausted: row.onExhausted ?? options.onExhausted,
+      restricted: !options.allowPrivateNetworks,
     })
   }
 

@@ -14,6 +14,8 @@
  * - `ERR_OUTBOX_SCHEMA_NEWER`: the tables were migrated by a newer version; upgrade this one.
  * - `ERR_OUTBOX_BODY_ALREADY_PARSED`: a body parser read the request before the consumer's `dedupe`.
  * - `ERR_OUTBOX_SUBSCRIPTION_NOT_FOUND`: no subscription has the id or name given.
+ * - `ERR_OUTBOX_PRIVATE_ADDRESS`: the relay refused to connect a stored subscription's URL to a loopback, private,
+ *   link-local or otherwise non-public address (relay option `allowPrivateNetworks` allows it).
  *
  * @example
  * ```ts
@@ -34,6 +36,7 @@ export type OutboxErrorCode =
   | 'ERR_OUTBOX_SCHEMA_NEWER'
   | 'ERR_OUTBOX_BODY_ALREADY_PARSED'
   | 'ERR_OUTBOX_SUBSCRIPTION_NOT_FOUND'
+  | 'ERR_OUTBOX_PRIVATE_ADDRESS'
 
 /**
  * Writes an option error's message with the given spellings: `name` spells an option (`'batchSize'` for the
