@@ -29,6 +29,9 @@ export type DeliveryOutcome =
       readonly retryAfterMs?: number
     }
 
+/** The most parsed URLs a sender keeps (see `WebhookSender#parsed`). */
+const MAX_PARSED_URLS = 1024
+
 /** The longest slice of an error answer kept as `last_error`. */
 const MAX_ERROR_BODY = 500
 
@@ -60,8 +63,11 @@ export class WebhookSender {
   /** Requests in flight, so one listener on the caller's `abort` signal cuts them all short. */
   readonly #inFlight = new Set<AbortableRequest>()
   readonly #watched = new WeakSet<AbortSignal>()
-  /** The last endpoint parsed: one relay nearly always posts to one URL, and parsing it per request is waste. */
-  #lastUrl: { readonly text: string; readonly parsed: URL } | undefined
+  /**
+   * URLs parsed so far: a relay posts to one URL per subscription, and parsing one per request is waste. Bounded:
+   * cleared when it grows past {@link MAX_PARSED_URLS} (an `endpoint` function may map events to many URLs).
+   */
+  readonly #parsed = new Map<string, URL>()
 
   constructor(options: {
     keys: readonly SigningKey[]
@@ -163,8 +169,13 @@ export class WebhookSender {
   }
 
   #parse(url: string): URL {
-    if (this.#lastUrl?.text !== url) this.#lastUrl = { text: url, parsed: new URL(url) }
-    return this.#lastUrl.parsed
+    let parsed = this.#parsed.get(url)
+    if (parsed === undefined) {
+      if (this.#parsed.size >= MAX_PARSED_URLS) this.#parsed.clear()
+      parsed = new URL(url)
+      this.#parsed.set(url, parsed)
+    }
+    return parsed
   }
 
   #watch(abort: AbortSignal): void {
