@@ -70,6 +70,16 @@ export interface RelayEventMap {
    * Reported once per reason.
    */
   'subscription:skipped': { readonly subscriptionId: string; readonly name: string; readonly reason: string }
+  /**
+   * The relay disabled a stored subscription: its endpoint answered `410 Gone` (`reason: 'gone'`). Its events are
+   * kept; `enableSubscription` resumes it.
+   */
+  'subscription:disabled': {
+    readonly subscriptionId: string
+    readonly name: string
+    readonly reason: 'gone'
+    readonly httpStatus: number
+  }
   /** Something went wrong outside one delivery (database unreachable, …); the relay keeps going and retries. */
   'relay:error': { readonly error: unknown; readonly during: 'claim' | 'flush' | 'outcome' | 'listen' }
   'relay:started': Record<string, never>

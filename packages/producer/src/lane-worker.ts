@@ -1,6 +1,6 @@
 import { spliceEnvelope } from '@outbox/protocol'
 import type { DeliveryOutcome, WebhookSender } from './delivery.js'
-import type { DeliveryTarget } from './delivery-target.js'
+import { type DeliveryTarget, IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
 import type { EventRef, RelayEventMap, RelayEvents } from './events.js'
 import type { MarkBuffer } from './mark-buffer.js'
 import { type EndpointEvent, LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
@@ -13,6 +13,7 @@ import { markStarted } from './sql/mark-started.js'
 import { parkLane } from './sql/park-lane.js'
 import { scheduleRetry } from './sql/schedule-retry.js'
 import { selectLaneEvents } from './sql/select-lane-events.js'
+import { disableGoneSubscription } from './sql/subscription-store.js'
 import type { SubscriptionTargets } from './subscription-targets.js'
 
 /** What delivering one lane did. */
@@ -274,7 +275,35 @@ async function deliverRow(
     error: outcome.error,
     attemptedAt,
   }
+  if (outcome.httpStatus === 410) await retireGoneSubscription(ctx, target)
   return { settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs) }
+}
+
+/**
+ * `410 Gone` from a stored subscription's endpoint: the customer removed it, so the subscription is disabled with
+ * reason `gone` (its events are kept, and delivered if it is enabled again) instead of burning every lane's attempts.
+ * The attempt itself is an ordinary failure. The implicit subscription is the operator's: its 410 is only a failure.
+ */
+async function retireGoneSubscription(ctx: LaneContext, target: DeliveryTarget): Promise<void> {
+  if (target.subscriptionId === IMPLICIT_SUBSCRIPTION_ID) return
+  ctx.targets.forget(target.subscriptionId)
+  try {
+    if (!(await disableGoneSubscription(ctx.options, { id: target.subscriptionId }))) return
+  } catch (error) {
+    // The lane's own outcome is what matters now; the next 410 tries again.
+    ctx.events.emit('relay:error', { error, during: 'outcome' })
+    return
+  }
+  ctx.options.logger.warn(
+    { subscriptionId: target.subscriptionId, subscription: target.name },
+    'endpoint answered 410 Gone: subscription disabled (enable it to resume)',
+  )
+  ctx.events.emit('subscription:disabled', {
+    subscriptionId: target.subscriptionId,
+    name: target.name,
+    reason: 'gone',
+    httpStatus: 410,
+  })
 }
 
 /**

@@ -74,6 +74,14 @@ export class SubscriptionTargets {
     return this.#targets.get(subscriptionId)
   }
 
+  /** Stops serving a subscription now, until a refresh finds it enabled again (it was disabled by this relay). */
+  forget(subscriptionId: string): void {
+    if (!this.#targets.has(subscriptionId)) return
+    const targets = new Map(this.#targets)
+    targets.delete(subscriptionId)
+    this.#targets = targets
+  }
+
   #toTarget(row: SubscriptionTargetRow): DeliveryTarget | undefined {
     const options = this.#options
     const name = row.name ?? row.id

@@ -9,6 +9,7 @@ import {
   disableSubscription,
   enableSubscription,
   enqueue,
+  getSubscription,
   IMPLICIT_SUBSCRIPTION_ID,
   listSubscriptions,
   Relay,
@@ -241,6 +242,38 @@ describe('relay with stored subscriptions', () => {
         reason: expect.stringMatching(/does not fit this relay's leaseMs/),
       }),
     ])
+  })
+
+  it('410 Gone disables that subscription (reason gone, reported once), keeps its events, and spares the others', async () => {
+    let gone = true
+    const [leaving, staying] = [
+      await sink(() => (gone ? { status: 410, body: 'gone' } : { status: 200 })),
+      await sink(),
+    ]
+    const { id } = await createSubscription(t.db, { url: leaving.url, name: 'gone-leaving' })
+    await createSubscription(t.db, { url: staying.url, name: 'gone-staying' })
+    await Promise.all(['g1', 'g2', 'g3'].map((lane) => publish(lane)))
+    const relay = storedRelay({ concurrency: 1, retrySchedule: [10, 10, 10] })
+    const disabled: unknown[] = []
+    relay.on('subscription:disabled', (event) => disabled.push(event))
+    await relay.runOnce()
+    await relay.runOnce()
+    expect(disabled).toEqual([{ subscriptionId: id, name: 'gone-leaving', reason: 'gone', httpStatus: 410 }])
+    expect(await getSubscription(t.db, id)).toMatchObject({ state: 'disabled', disabledReason: 'gone' })
+    // Once disabled, no relay sends it anything more; the other subscription gets everything.
+    const sentBefore = leaving.requests.length
+    await storedRelay().runOnce()
+    expect(leaving.requests.length).toBe(sentBefore)
+    expect(staying.requests).toHaveLength(3)
+    // The customer is back: enabled again, every kept event is delivered in order.
+    gone = false
+    await enableSubscription(t.db, id)
+    await waitFor(async () => {
+      await relay.runOnce()
+      return (
+        new Set(leaving.requests.filter((request) => request.json).map((r) => r.json.event_id)).size === 3
+      )
+    }, 'the kept events after enabling')
   })
 
   it('a relay given subscription ids serves only those', async () => {

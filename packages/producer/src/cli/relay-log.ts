@@ -98,6 +98,12 @@ export function logRelayEvents(relay: Relay, log: Logger, target: DatabaseTarget
   relay.on('subscription:skipped', (event) =>
     log.warn({ event: 'subscription:skipped', ...event }, 'subscription skipped until it is fixed'),
   )
+  relay.on('subscription:disabled', (event) =>
+    log.warn(
+      { event: 'subscription:disabled', ...event },
+      'endpoint answered 410 Gone: subscription disabled (outbox subscriptions enable <id> resumes it)',
+    ),
+  )
   relay.on('relay:error', ({ error, during }) =>
     log.error(
       { event: 'relay:error', during, error: explainDatabaseError(error, target) ?? error },

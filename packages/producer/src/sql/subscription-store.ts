@@ -209,3 +209,20 @@ export async function deleteSubscriptionRows(
     return { pending: Number(counts[0]!.pending), total: Number(counts[0]!.total) }
   })
 }
+
+/**
+ * Disables an enabled subscription whose endpoint answered `410 Gone`; returns false when it was not enabled (another
+ * lane or relay got there first), so the transition is reported once.
+ */
+export async function disableGoneSubscription(
+  ctx: SqlContext,
+  request: { readonly id: string },
+): Promise<boolean> {
+  const { db, schema } = ctx
+  const { rows } = await sql`
+    UPDATE ${sql.id(schema, 'outbox_subscription')}
+    SET state = 'disabled', disabled_reason = 'gone', disabled_at = now(), updated_at = now()
+    WHERE id = ${request.id}::uuid AND state = 'enabled'
+    RETURNING id`.execute(db)
+  return rows.length > 0
+}
