@@ -253,10 +253,10 @@ describe('relay with stored subscriptions', () => {
     const { id } = await createSubscription(t.db, { url: leaving.url, name: 'gone-leaving' })
     await createSubscription(t.db, { url: staying.url, name: 'gone-staying' })
     await Promise.all(['g1', 'g2', 'g3'].map((lane) => publish(lane)))
-    const relay = storedRelay({ concurrency: 1, retrySchedule: [10, 10, 10] })
+    const relay = storedRelay({ concurrency: 8, retrySchedule: [10, 10, 10] })
     const disabled: unknown[] = []
     relay.on('subscription:disabled', (event) => disabled.push(event))
-    await relay.runOnce()
+    // One claim takes all six lanes: the three that answer 410 disable their subscription once.
     await relay.runOnce()
     expect(disabled).toEqual([{ subscriptionId: id, name: 'gone-leaving', reason: 'gone', httpStatus: 410 }])
     expect(await getSubscription(t.db, id)).toMatchObject({ state: 'disabled', disabledReason: 'gone' })
