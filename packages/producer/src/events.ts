@@ -80,6 +80,22 @@ export interface RelayEventMap {
     readonly reason: 'gone'
     readonly httpStatus: number
   }
+  /**
+   * A stored subscription's endpoint breaker opened: after `failureStreak` failed attempts in a row (`reason:
+   * 'failures'`), or when its probe failed (`'probe failed'`). None of its lanes is claimed until the cool-down ends
+   * and a probe goes.
+   */
+  'endpoint:opened': {
+    readonly subscriptionId: string
+    readonly name: string
+    readonly reason: 'failures' | 'probe failed'
+    readonly failureStreak: number | null
+    readonly cooldownMs: number
+  }
+  /** This relay sends the one probe request of an open breaker (the head of the lane it claimed as the probe). */
+  'endpoint:probing': { readonly subscriptionId: string; readonly name: string; readonly eventId: string }
+  /** The probe was answered: the breaker is closed, and the subscription's lanes are claimed again. */
+  'endpoint:closed': { readonly subscriptionId: string; readonly name: string }
   /** Something went wrong outside one delivery (database unreachable, …); the relay keeps going and retries. */
   'relay:error': { readonly error: unknown; readonly during: 'claim' | 'flush' | 'outcome' | 'listen' }
   'relay:started': Record<string, never>

@@ -8,6 +8,7 @@ import { conflictParkDelay, decideAfterFailure } from './retry-policy.js'
 import type { RelayRuntime } from './runtime.js'
 import type { ClaimedLane, LaneEvent } from './sql/claimed-lane.js'
 import { deadLetterHead } from './sql/dead-letter-head.js'
+import { type FailureHealth, settleProbe } from './sql/endpoint-health.js'
 import type { FailedAttempt } from './sql/failed-attempt.js'
 import { markStarted } from './sql/mark-started.js'
 import { parkLane } from './sql/park-lane.js'
@@ -202,6 +203,17 @@ async function deliverRow(
     options.logger.debug(log, 'lease too short for another request; handing the lane back')
     return { next: 'hand back' }
   }
+  const probing = lane.probe && !probed.has(lane)
+  // Claimed before the endpoint's breaker opened: no attempt is burned on an endpoint known to be down.
+  if (!lane.probe && ctx.targets.breakerOpen(lane.subscriptionId)) return { next: 'hand back' }
+  if (probing) {
+    options.logger.info({ ...log, eventId: row.eventId }, 'endpoint breaker open: sending its probe')
+    events.emit('endpoint:probing', {
+      subscriptionId: target.subscriptionId,
+      name: target.name,
+      eventId: row.eventId,
+    })
+  }
   const event = toEvent(row)
   const attemptedAt = new Date()
   let outcome: DeliveryOutcome
@@ -211,6 +223,16 @@ async function deliverRow(
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
   }
+  if (probing && outcome.kind !== 'aborted') {
+    probed.add(lane)
+    // Any answer but a failure shows the endpoint up (a 409 is its consumer waiting for order, not an outage).
+    await settleBreakerProbe(
+      ctx,
+      target,
+      lane,
+      !(outcome.kind === 'failure' && countsAsOutage(outcome.httpStatus)),
+    )
+  }
 
   if (outcome.kind === 'success') {
     ctx.marks.mark({
@@ -219,6 +241,9 @@ async function deliverRow(
       httpStatus: outcome.httpStatus,
       deliveryStatus: outcome.deliveryStatus,
       attemptedAt,
+      ...(target.subscriptionId === IMPLICIT_SUBSCRIPTION_ID
+        ? {}
+        : { subscriptionId: target.subscriptionId }),
     })
     if (events.has('delivery:success')) {
       events.emit('delivery:success', {
@@ -276,7 +301,88 @@ async function deliverRow(
     attemptedAt,
   }
   if (outcome.httpStatus === 410) await retireGoneSubscription(ctx, target)
-  return { settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs) }
+  const health = failureHealth(ctx, target, outcome.httpStatus, outcome.retryAfterMs)
+  return {
+    settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs, health),
+  }
+}
+
+/** Probe lanes whose probe was settled: the rest of their rows go as usual. */
+const probed = new WeakSet<ClaimedLane>()
+
+/** A failed answer that says the endpoint is down (5xx, 408, timeout, network): what the breaker counts. */
+function countsAsOutage(httpStatus: number | null): boolean {
+  return httpStatus === null || httpStatus >= 500 || httpStatus === 408
+}
+
+/** What a stored subscription's failure tells its endpoint's health; nothing for the implicit subscription. */
+function failureHealth(
+  ctx: LaneContext,
+  target: DeliveryTarget,
+  httpStatus: number | null,
+  retryAfterMs: number | undefined,
+): FailureHealth | undefined {
+  if (target.subscriptionId === IMPLICIT_SUBSCRIPTION_ID) return undefined
+  return {
+    countsAsFailure: countsAsOutage(httpStatus),
+    throttleMs: retryAfterMs,
+    breaker: ctx.options.endpointBreaker,
+  }
+}
+
+/** Records the probe's answer: the breaker closes, or opens again for a longer cool-down. */
+async function settleBreakerProbe(
+  ctx: LaneContext,
+  target: DeliveryTarget,
+  lane: ClaimedLane,
+  succeeded: boolean,
+): Promise<void> {
+  const breaker = ctx.options.endpointBreaker
+  if (breaker === false) return
+  let settled: Awaited<ReturnType<typeof settleProbe>>
+  try {
+    settled = await settleProbe(ctx.options, {
+      subscriptionId: lane.subscriptionId,
+      claimToken: lane.claimToken,
+      succeeded,
+      breaker,
+    })
+  } catch (error) {
+    // The probe's token stays; the next probe goes when its lease ends.
+    ctx.events.emit('relay:error', { error, during: 'outcome' })
+    return
+  }
+  if (settled === undefined) return
+  const log = { subscriptionId: target.subscriptionId, subscription: target.name }
+  if (settled.state === 'closed') {
+    ctx.targets.setBreakerOpen(target.subscriptionId, false)
+    ctx.options.logger.info(log, 'endpoint breaker closed: the probe was answered')
+    ctx.events.emit('endpoint:closed', { subscriptionId: target.subscriptionId, name: target.name })
+  } else {
+    reportBreakerOpened(ctx, target, 'probe failed', null, settled.cooldownMs)
+  }
+}
+
+/** A breaker this relay opened (by a failure streak or a failed probe): a log line and an event. */
+function reportBreakerOpened(
+  ctx: LaneContext,
+  target: DeliveryTarget,
+  reason: 'failures' | 'probe failed',
+  failureStreak: number | null,
+  cooldownMs: number,
+): void {
+  ctx.targets.setBreakerOpen(target.subscriptionId, true)
+  ctx.options.logger.warn(
+    { subscriptionId: target.subscriptionId, subscription: target.name, reason, failureStreak, cooldownMs },
+    `endpoint breaker opened: no request to it until a probe in ${cooldownMs} ms`,
+  )
+  ctx.events.emit('endpoint:opened', {
+    subscriptionId: target.subscriptionId,
+    name: target.name,
+    reason,
+    failureStreak,
+    cooldownMs,
+  })
 }
 
 /**
@@ -357,6 +463,7 @@ async function settleFailure(
   failure: FailedAttempt,
   readAt: number,
   retryAfterMs: number | undefined,
+  health?: FailureHealth,
 ): Promise<LaneResult> {
   const { options, events, runtime } = ctx
   const log = {
@@ -376,7 +483,11 @@ async function settleFailure(
   )
   if (decision.kind === 'dead') {
     const { onExhausted } = target
-    await deadLetterHead(options, { failure, onExhausted })
+    const { opened } = await deadLetterHead(
+      options,
+      health ? { failure, onExhausted, health } : { failure, onExhausted },
+    )
+    if (opened) reportBreakerOpened(ctx, target, 'failures', opened.failureStreak, opened.cooldownMs)
     options.logger.error(
       { ...log, attempts: failure.attempts, status: failure.httpStatus, error: failure.error },
       'event dead-lettered',
@@ -400,7 +511,11 @@ async function settleFailure(
     }
     return { ...NOTHING, dead: 1 }
   }
-  await scheduleRetry(options, { failure, delayMs: decision.delayMs })
+  const { opened } = await scheduleRetry(
+    options,
+    health ? { failure, delayMs: decision.delayMs, health } : { failure, delayMs: decision.delayMs },
+  )
+  if (opened) reportBreakerOpened(ctx, target, 'failures', opened.failureStreak, opened.cooldownMs)
   options.logger.info(
     {
       ...log,

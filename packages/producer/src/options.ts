@@ -81,7 +81,35 @@ export interface RelayOptions {
    * event larger than all of it is still read, alone). @defaultValue 67108864 (64 MiB)
    */
   readonly maxBufferedBytes?: number
+  /**
+   * The circuit breaker of stored subscriptions' endpoints (the implicit `endpoint` has none: it is the only
+   * destination of its relay, so there is nobody to protect from it). After `failures` failed attempts in a row
+   * across a subscription's lanes (5xx, timeouts, network errors; a 2xx resets the count; 4xx answers other than
+   * 408 are the subscriber refusing one event, not an outage, and do not count), the breaker opens: none of its
+   * lanes is claimed, by any relay. After `cooldownMs` one relay sends ONE probe request; a 2xx closes the breaker,
+   * a failure opens it again for twice the cool-down, up to `maxCooldownMs`. Every relay serving stored
+   * subscriptions should use the same settings. `false` turns it off.
+   * @defaultValue { failures: 20, cooldownMs: 10000, maxCooldownMs: 600000 }
+   */
+  readonly endpointBreaker?: EndpointBreakerOptions | false
 }
+
+/** {@link RelayOptions.endpointBreaker}: when a stored subscription's endpoint counts as down, and for how long. */
+export interface EndpointBreakerOptions {
+  /** Failed attempts in a row, across the subscription's lanes, that open the breaker. @defaultValue 20 */
+  readonly failures?: number
+  /** The first cool-down before a probe. @defaultValue 10000 */
+  readonly cooldownMs?: number
+  /** The longest cool-down, reached by doubling after each failed probe. @defaultValue 600000 */
+  readonly maxCooldownMs?: number
+}
+
+/** Default of {@link RelayOptions.endpointBreaker}. */
+export const DEFAULT_ENDPOINT_BREAKER: Readonly<Required<EndpointBreakerOptions>> = Object.freeze({
+  failures: 20,
+  cooldownMs: 10_000,
+  maxCooldownMs: 600_000,
+})
 
 /** Default of {@link RelayOptions.leaseMs}. */
 export const DEFAULT_LEASE_MS = 60_000
@@ -123,6 +151,7 @@ export interface ResolvedRelayOptions {
   readonly listen: ListenOption
   readonly metrics: MetricsOptions | undefined
   readonly maxBufferedBytes: number
+  readonly endpointBreaker: Readonly<Required<EndpointBreakerOptions>> | false
 }
 
 /**
@@ -148,6 +177,7 @@ const KNOWN: Readonly<Record<keyof RelayOptions, true>> = {
   listen: true,
   metrics: true,
   maxBufferedBytes: true,
+  endpointBreaker: true,
 }
 const KNOWN_OPTIONS = Object.keys(KNOWN)
 
@@ -348,6 +378,38 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
       )
     }
   }
+  const breaker = options.endpointBreaker ?? {}
+  if (breaker !== false && (typeof breaker !== 'object' || breaker === null)) {
+    invalid(
+      'endpointBreaker',
+      breaker,
+      (spell) => `${spell('endpointBreaker')} must be { failures?, cooldownMs?, maxCooldownMs? } or false`,
+    )
+  }
+  const endpointBreaker =
+    breaker === false
+      ? false
+      : Object.freeze({
+          failures: integer(
+            breaker.failures,
+            DEFAULT_ENDPOINT_BREAKER.failures,
+            'endpointBreaker.failures',
+            1,
+            10_000,
+          ),
+          cooldownMs: integer(
+            breaker.cooldownMs,
+            DEFAULT_ENDPOINT_BREAKER.cooldownMs,
+            'endpointBreaker.cooldownMs',
+            1,
+          ),
+          maxCooldownMs: integer(
+            breaker.maxCooldownMs,
+            Math.max(DEFAULT_ENDPOINT_BREAKER.maxCooldownMs, breaker.cooldownMs ?? 0),
+            'endpointBreaker.maxCooldownMs',
+            breaker.cooldownMs ?? DEFAULT_ENDPOINT_BREAKER.cooldownMs,
+          ),
+        })
   const onExhausted = options.onExhausted ?? 'skip'
   if (onExhausted !== 'skip' && onExhausted !== 'block') {
     invalid(
@@ -375,5 +437,6 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     listen,
     metrics: options.metrics,
     maxBufferedBytes: integer(options.maxBufferedBytes, DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes', 1024),
+    endpointBreaker,
   })
 }

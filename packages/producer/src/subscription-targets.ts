@@ -26,6 +26,8 @@ export class SubscriptionTargets {
   readonly #events: RelayEvents
   readonly #clock: Clock
   #targets: ReadonlyMap<string, DeliveryTarget>
+  /** Subscriptions whose endpoint breaker is open. */
+  #open = new Set<string>()
   #readAt = Number.NEGATIVE_INFINITY
   /** Skipped subscriptions already reported, with the reason reported: a new reason is reported again. */
   readonly #reported = new Map<string, string>()
@@ -61,6 +63,7 @@ export class SubscriptionTargets {
       if (!rows.some((row) => row.id === id)) this.#reported.delete(id)
     }
     this.#targets = targets
+    this.#open = new Set(rows.filter((row) => row.breakerOpen).map((row) => row.id))
     this.#readAt = this.#clock.now()
   }
 
@@ -72,6 +75,17 @@ export class SubscriptionTargets {
   /** The target of a served subscription; undefined once it is no longer served (disabled, deleted, skipped). */
   get(subscriptionId: string): DeliveryTarget | undefined {
     return this.#targets.get(subscriptionId)
+  }
+
+  /** Whether a subscription's endpoint breaker is open, as last read or as this relay changed it since. */
+  breakerOpen(subscriptionId: string): boolean {
+    return this.#open.has(subscriptionId)
+  }
+
+  /** Records a breaker this relay opened or closed, before the next refresh reads it. */
+  setBreakerOpen(subscriptionId: string, open: boolean): void {
+    if (open) this.#open.add(subscriptionId)
+    else this.#open.delete(subscriptionId)
   }
 
   /** Stops serving a subscription now, until a refresh finds it enabled again (it was disabled by this relay). */

@@ -62,6 +62,22 @@ export interface Subscription {
   readonly secretOverlapEnds: readonly Date[]
   readonly createdAt: Date
   readonly updatedAt: Date
+  /** The endpoint's health as the relays share it (see the relay's `endpointBreaker`). */
+  readonly endpoint: EndpointHealth
+}
+
+/** A stored subscription's endpoint health, as every relay sees it. */
+export interface EndpointHealth {
+  /** `open`: no lane is claimed until a probe; `probing`: one relay is sending the probe now. */
+  readonly breaker: 'closed' | 'open' | 'probing'
+  /** Failed attempts in a row across its lanes (a 2xx resets it). */
+  readonly failureStreak: number
+  /** When the breaker last opened; null while closed. */
+  readonly openedAt: Date | null
+  /** When the next probe may go, while open. */
+  readonly nextProbeAt: Date | null
+  /** Until when a `Retry-After` from the endpoint holds all its lanes back; null when none is in force. */
+  readonly throttledUntil: Date | null
 }
 
 /** The default rotation overlap: a day, so every subscriber can deploy its new secret before the old one ends. */
@@ -86,6 +102,16 @@ function toSubscription(row: SubscriptionRow): Subscription {
     secretOverlapEnds: row.overlap_ends ?? [],
     createdAt: row.created_at,
     updatedAt: row.updated_at,
+    endpoint: {
+      breaker: row.breaker_state === 'closed' ? 'closed' : row.probing ? 'probing' : 'open',
+      failureStreak: row.failure_streak,
+      openedAt: row.breaker_state === 'open' ? row.breaker_opened_at : null,
+      nextProbeAt: row.breaker_state === 'open' ? row.probe_at : null,
+      throttledUntil:
+        row.throttled_until !== null && row.throttled_until.getTime() > Date.now()
+          ? row.throttled_until
+          : null,
+    },
   }
 }
 
@@ -300,7 +326,10 @@ export async function disableSubscription(
   return await find(ctx, found.id)
 }
 
-/** Resumes a disabled subscription: relays claim its lanes again, oldest events first. */
+/**
+ * Resumes a disabled subscription: relays claim its lanes again, oldest events first. It also closes the endpoint's
+ * breaker and lifts a `Retry-After` throttle, on an enabled subscription too: the operator's "try it now".
+ */
 export async function enableSubscription(
   db: Kysely<any>,
   ref: string,

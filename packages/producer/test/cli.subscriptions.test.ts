@@ -51,7 +51,7 @@ describe('outbox subscriptions', () => {
     expect(shown.stdout).toMatch(/^name +cli-acme$/m)
     expect(shown.stdout).toMatch(/^event types +order\.\*, invoice\.paid$/m)
     const listed = await runCli(['subscriptions', 'list'], env)
-    expect(listed.stdout).toMatch(/^ID +NAME +STATE +TENANT +EVENT TYPES +URL$/m)
+    expect(listed.stdout).toMatch(/^ID +NAME +STATE +BREAKER +TENANT +EVENT TYPES +URL$/m)
     expect(listed.stdout).toContain(`${id}  cli-acme`)
     expect(listed.stdout).toMatch(new RegExp(`^${IMPLICIT_SUBSCRIPTION_ID} +default +enabled`, 'm'))
 

@@ -14,6 +14,7 @@ const FROZEN: Readonly<Record<string, string>> = {
   '0006_claim_hashed_busy': 'ed9f8f8ec2877e5a51faa14ea1dc3ac380e3a756bb33d2534a267ec215d329a3',
   '0007_liveness': '0f30b65a2bfc98097677db6bc16176564aba56b665050f9dc0f643105f4af078',
   '0008_subscriptions': '7258beb031d01591d249eb114caa298b9f1e922fc967cb49f06aa2f604cc1056',
+  '0009_endpoint_health': '4731eb154c731f8f372ba0e53ecdd3736e2884c1ccfcb4fe04b605e4badaf18b',
 }
 
 describeFrozenMigrations(

@@ -145,8 +145,8 @@ describe('claims, leases and fencing', () => {
       attemptedAt: now,
     }
     const sqlContext = { db: t.db, schema: 'public' }
-    expect(await scheduleRetry(sqlContext, { failure, delayMs: 60_000 })).toBe(false)
-    expect(await deadLetterHead(sqlContext, { failure, onExhausted: 'block' })).toBe(false)
+    expect((await scheduleRetry(sqlContext, { failure, delayMs: 60_000 })).owned).toBe(false)
+    expect((await deadLetterHead(sqlContext, { failure, onExhausted: 'block' })).owned).toBe(false)
     expect(
       await parkLane(sqlContext, {
         claimToken: late!.claimToken,

@@ -35,6 +35,7 @@ const PRODUCER_MIGRATIONS = [
   '0006_claim_hashed_busy',
   '0007_liveness',
   '0008_subscriptions',
+  '0009_endpoint_health',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */
@@ -52,6 +53,7 @@ async function rollBackSubscriptions(db: Kysely<any>, schema: string): Promise<v
     .raw(`
       DROP FUNCTION ${schema}.outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text);
       DROP FUNCTION ${schema}.outbox_claim_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint);
+      DROP FUNCTION ${schema}.outbox_claim_subscription_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint);
       DROP TABLE ${schema}.outbox_subscription_secret, ${schema}.outbox_subscription;
       ALTER TABLE ${schema}.outbox DROP COLUMN subscription_id, DROP COLUMN tenant;
       ALTER TABLE ${schema}.outbox_lane DROP COLUMN subscription_id;
@@ -225,6 +227,7 @@ describe('migrate', () => {
   it('a relay on a schema not yet migrated to this version says to migrate, and claims once it is', async () => {
     await migrate(t.db, { schema: 'tenant_stale_relay' })
     await dropFunction(t.db, 'tenant_stale_relay', 'outbox_claim_lanes')
+    await dropFunction(t.db, 'tenant_stale_relay', 'outbox_claim_subscription_lanes')
     // As the third release left it: neither the claim function nor anything later.
     await sql`DELETE FROM tenant_stale_relay.outbox_producer_migration WHERE name >= '0004'`.execute(t.db)
     // Nothing is pending, so the endpoint is never called: only the claim runs.
@@ -317,7 +320,8 @@ describe('migrate', () => {
       await sql`SET LOCAL search_path TO tenant_gone`.execute(trx)
       // As the README's "Migrations go forward only" gives them: keep the two in step.
       await sql`DROP FUNCTION IF EXISTS
-        outbox_claim_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint),
+        outbox_claim_subscription_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint),
+  outbox_claim_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint),
         outbox_claim_lanes(integer, bigint, integer, integer, bigint),
         outbox_claim_lanes(integer, bigint, integer, integer),
         outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text),

@@ -104,6 +104,15 @@ export function logRelayEvents(relay: Relay, log: Logger, target: DatabaseTarget
       'endpoint answered 410 Gone: subscription disabled (outbox subscriptions enable <id> resumes it)',
     ),
   )
+  relay.on('endpoint:opened', (event) =>
+    log.warn({ event: 'endpoint:opened', ...event }, 'endpoint breaker opened: its lanes wait for a probe'),
+  )
+  relay.on('endpoint:probing', (event) =>
+    log.info({ event: 'endpoint:probing', ...event }, 'endpoint breaker open: sending its probe'),
+  )
+  relay.on('endpoint:closed', (event) =>
+    log.info({ event: 'endpoint:closed', ...event }, 'endpoint breaker closed: the probe was answered'),
+  )
   relay.on('relay:error', ({ error, during }) =>
     log.error(
       { event: 'relay:error', during, error: explainDatabaseError(error, target) ?? error },

@@ -91,8 +91,23 @@ function describe(subscription: Subscription): string[][] {
               : ''
           }`,
     ],
+    ['endpoint', describeHealth(subscription)],
     ['created', subscription.createdAt.toISOString()],
   ]
+}
+
+/** The endpoint's breaker and throttle in one line. */
+function describeHealth({ endpoint, implicit }: Subscription): string {
+  if (implicit) return 'no breaker (the relay --endpoint)'
+  const parts = [`breaker ${endpoint.breaker}`]
+  if (endpoint.breaker !== 'closed' && endpoint.openedAt)
+    parts.push(`since ${endpoint.openedAt.toISOString()}`)
+  if (endpoint.breaker === 'open' && endpoint.nextProbeAt)
+    parts.push(`next probe ${endpoint.nextProbeAt.toISOString()}`)
+  if (endpoint.failureStreak > 0) parts.push(`${endpoint.failureStreak} failures in a row`)
+  if (endpoint.throttledUntil)
+    parts.push(`throttled until ${endpoint.throttledUntil.toISOString()} (Retry-After)`)
+  return parts.join(', ')
 }
 
 function print(io: CliIo, json: boolean | undefined, subscription: Subscription): void {
@@ -175,11 +190,12 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
         writeLine(io.stdout, JSON.stringify(listed, null, 2))
         return 0
       }
-      const header = ['ID', 'NAME', 'STATE', 'TENANT', 'EVENT TYPES', 'URL']
+      const header = ['ID', 'NAME', 'STATE', 'BREAKER', 'TENANT', 'EVENT TYPES', 'URL']
       const rows = listed.map((subscription) => [
         subscription.id,
         subscription.name ?? '-',
         subscription.state,
+        subscription.implicit ? '-' : subscription.endpoint.breaker,
         subscription.tenant ?? '*',
         subscription.eventTypes?.join(',') ?? '*',
         subscription.implicit ? '(relay --endpoint)' : (subscription.url ?? '-'),

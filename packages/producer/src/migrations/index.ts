@@ -6,6 +6,7 @@ import { migration0005 } from './0005-enqueue-inline.js'
 import { migration0006 } from './0006-claim-hashed-busy.js'
 import { migration0007 } from './0007-liveness.js'
 import { migration0008 } from './0008-subscriptions.js'
+import { migration0009 } from './0009-endpoint-health.js'
 
 /** One migration of the producer schema: the name the migrator records, and its full SQL text. */
 export interface ProducerMigration {
@@ -31,4 +32,5 @@ export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0006_claim_hashed_busy', sql: migration0006 },
   { name: '0007_liveness', sql: migration0007 },
   { name: '0008_subscriptions', sql: migration0008 },
+  { name: '0009_endpoint_health', sql: migration0009 },
 ]

@@ -1,4 +1,4 @@
-// outbox_claim_lanes — body in force: migration 0008 (its seven-argument overload; the function dates from 0004).
+// outbox_claim_subscription_lanes — body in force: migration 0009 (0008's outbox_claim_lanes with endpoint health).
 import { sql } from 'kysely'
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { Clock } from '../runtime.js'
@@ -40,7 +40,7 @@ export interface ClaimRequest {
   readonly clock: Clock
 }
 
-/** One row of `outbox_claim_lanes`: a claimed lane, with one of its events or (when it has none) nulls. */
+/** One row of `outbox_claim_subscription_lanes`: a claimed lane, with one of its events or (when it has none) nulls. */
 interface ClaimRow {
   subscription_id: string
   aggregate_type: string
@@ -61,6 +61,7 @@ interface ClaimRow {
   failing_ms: string | null
   window_full: boolean
   budget_full: boolean
+  probe: boolean
 }
 
 /** A lane while its rows are read in: its events and bytes still grow. */
@@ -68,7 +69,7 @@ type LaneInProgress = Omit<ClaimedLane, 'events' | 'heldBytes'> & { events: Lane
 
 /**
  * Claims up to `lanes` free lanes whose head is due, under a fresh token and a lease in DATABASE time, and reads
- * each one's head and the rows behind it — one call of the schema's `outbox_claim_lanes`, whose plans PostgreSQL
+ * each one's head and the rows behind it — one call of the schema's `outbox_claim_subscription_lanes`, whose plans PostgreSQL
  * keeps per connection. Each lane comes back mapped, once, into the {@link ClaimedLane} the relay keeps: its
  * events, the bytes they hold and the relay-clock times around the call (`clock.now()` before it is sent and after
  * it returns).
@@ -115,7 +116,7 @@ export async function claimLanes(ctx: SqlContext, request: ClaimRequest): Promis
   // Raw SQL: a set-returning function call with positional arguments, which Kysely's builder has no form for.
   const { rows } = await withCurrentSchema(schema, () =>
     sql<ClaimRow>`
-      SELECT * FROM ${sql.id(schema, 'outbox_claim_lanes')}(
+      SELECT * FROM ${sql.id(schema, 'outbox_claim_subscription_lanes')}(
         ${subscriptions.map((s) => s.id)}::uuid[], ${subscriptions.map((s) => s.room)}::integer[], ${lanes}::integer, ${leaseMs}::bigint, ${scanRows}::integer, ${batchSize}::integer, ${maxBytes}::bigint
       )`.execute(db),
   )
@@ -134,6 +135,7 @@ export async function claimLanes(ctx: SqlContext, request: ClaimRequest): Promis
         charged: row.charged,
         watchStarts: row.watch_starts,
         conflictCount: row.conflict_count,
+        probe: row.probe,
         events: [],
         claimedAt,
         readAt,

@@ -38,6 +38,11 @@ export interface ClaimedLane {
   readonly watchStarts: boolean
   /** Consecutive 409 parks so far, for the growing park delay. */
   readonly conflictCount: number
+  /**
+   * The lane was claimed as its subscription's breaker probe: its head's answer closes the breaker (any answer from
+   * the endpoint but a failure) or opens it again.
+   */
+  readonly probe: boolean
   /** The head and rows behind it, in sequence order, within the byte budget; none if all were sent meanwhile. */
   readonly events: readonly LaneEvent[]
   /** Clock time (the relay's monotonic clock) when the claim was sent: no later than the database's lease start. */

@@ -1,4 +1,11 @@
 import { sql } from 'kysely'
+import {
+  type FailureHealth,
+  failureHealthCte,
+  HEALTH_COLUMNS,
+  type HealthOutcome,
+  healthOutcome,
+} from './endpoint-health.js'
 import type { FailedAttempt } from './failed-attempt.js'
 import type { SqlContext } from './sql-context.js'
 
@@ -12,15 +19,21 @@ import type { SqlContext } from './sql-context.js'
  */
 export async function deadLetterHead(
   ctx: SqlContext,
-  request: { readonly failure: FailedAttempt; readonly onExhausted: 'skip' | 'block' },
-): Promise<boolean> {
+  request: {
+    readonly failure: FailedAttempt
+    readonly onExhausted: 'skip' | 'block'
+    readonly health?: FailureHealth
+  },
+): Promise<{ readonly owned: boolean } & HealthOutcome> {
   const { db, schema } = ctx
   const { failure, onExhausted } = request
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
   const block = onExhausted === 'block'
+  const health = request.health === undefined ? sql`` : failureHealthCte(schema, request.health)
+  const healthColumns = request.health === undefined ? sql`NULL AS health` : HEALTH_COLUMNS
   // Raw SQL: three data-modifying CTEs (release, dead-letter, move the lane's rows) in one fenced statement.
-  const { rows } = await sql<{ owned: boolean }>`
+  const { rows } = await sql<{ owned: boolean; health: unknown }>`
     WITH released AS (
       UPDATE ${lane}
       SET claim_token = NULL, leased_until = NULL,
@@ -30,7 +43,7 @@ export async function deadLetterHead(
           conflict_count = 0, watch_starts = false
       WHERE claim_token = ${failure.claimToken}
       RETURNING subscription_id, aggregate_type, aggregate_id
-    ), head AS (
+    )${health}, head AS (
       UPDATE ${outbox} o
       SET status = 'dead', dead_at = now(), attempts = ${failure.attempts}, last_status = ${failure.httpStatus},
           last_error = ${failure.error}, last_attempt_at = ${failure.attemptedAt},
@@ -45,6 +58,6 @@ export async function deadLetterHead(
         AND o.aggregate_id = released.aggregate_id
         AND o.status = 'pending' AND o.id <> ${failure.id}
     )
-    SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)
-  return rows[0]?.owned === true
+    SELECT EXISTS (SELECT 1 FROM released) AS owned, ${healthColumns}`.execute(db)
+  return { owned: rows[0]?.owned === true, ...healthOutcome(rows[0]?.health) }
 }

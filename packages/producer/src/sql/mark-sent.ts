@@ -1,4 +1,5 @@
 import { sql } from 'kysely'
+import { streakResetCte } from './endpoint-health.js'
 import type { SqlContext } from './sql-context.js'
 
 /** A 2xx answer waiting to be recorded. */
@@ -8,6 +9,8 @@ export interface SentMark {
   readonly httpStatus: number
   readonly deliveryStatus: string | null
   readonly attemptedAt: Date
+  /** A stored subscription's id: its 2xx ends the breaker's failure streak. Absent for the implicit subscription. */
+  readonly subscriptionId?: string
 }
 
 /** A lane to hand back: its claim ends, and a 409 park ends too if any of its events went through. */
@@ -34,6 +37,8 @@ export interface MarkSentResult {
  * replaces a transaction per event (≈ 5× the throughput). Every write is fenced by the claim token: a relay whose
  * lease was taken over can neither mark nor release the new owner's lane.
  *
+ * A 2xx of a stored subscription also ends its endpoint breaker's failure streak, in the same statement.
+ *
  * It also counts the released lanes that still hold pending rows (events enqueued while the lane was leased, or
  * a hot lane's next batch), so the relay wakes its claim loop for those alone rather than after every release.
  * All parts of one statement read the same snapshot, so the rows this statement marks still look pending to that
@@ -48,6 +53,9 @@ export async function markSentAndRelease(
   const { marks, releases } = batch
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
+  const streaks = [
+    ...new Set(marks.flatMap((mark) => (mark.subscriptionId === undefined ? [] : [mark.subscriptionId]))),
+  ]
   // Raw SQL: data-modifying CTEs over unnest arrays, which the builder cannot put in one statement.
   const { rows } = await sql<{ marked: string; released: string; released_with_work: string }>`
     WITH m AS (
@@ -79,7 +87,7 @@ export async function markSentAndRelease(
       FROM r
       WHERE l.claim_token = r.claim_token
       RETURNING l.subscription_id, l.aggregate_type, l.aggregate_id
-    )
+    )${streakResetCte(schema, streaks)}
     SELECT (SELECT count(*) FROM marked) AS marked, (SELECT count(*) FROM released) AS released,
       (SELECT count(*) FROM released rl WHERE EXISTS (
         SELECT 1 FROM ${outbox} o

@@ -12,6 +12,8 @@ export interface SubscriptionTargetRow {
   readonly requestTimeoutMs: number | null
   /** Current secret first, then those still inside their rotation overlap. */
   readonly secrets: readonly string[]
+  /** Its endpoint breaker is open: lanes are not claimed, and those claimed before are handed back. */
+  readonly breakerOpen: boolean
 }
 
 /**
@@ -33,8 +35,10 @@ export async function selectSubscriptionTargets(
     retry_schedule: string[] | null
     request_timeout_ms: number | null
     secrets: string[] | null
+    breaker_open: boolean
   }>`
     SELECT s.id, s.name, s.url, s.on_exhausted, s.retry_schedule, s.request_timeout_ms,
+           s.breaker_state = 'open' AS breaker_open,
            array_agg(k.secret ORDER BY k.expires_at IS NOT NULL, k.created_at DESC)
              FILTER (WHERE k.secret IS NOT NULL) AS secrets
     FROM ${sql.id(schema, 'outbox_subscription')} s
@@ -50,5 +54,6 @@ export async function selectSubscriptionTargets(
     retrySchedule: row.retry_schedule?.map(Number) ?? null,
     requestTimeoutMs: row.request_timeout_ms,
     secrets: row.secrets ?? [],
+    breakerOpen: row.breaker_open,
   }))
 }

@@ -21,6 +21,12 @@ export interface SubscriptionRow {
   secret_created_at: Date | null
   /** When each previous secret, still signed with during its rotation overlap, stops being used. */
   overlap_ends: Date[] | null
+  breaker_state: 'closed' | 'open'
+  probing: boolean
+  failure_streak: number
+  breaker_opened_at: Date | null
+  probe_at: Date | null
+  throttled_until: Date | null
 }
 
 const COLUMNS: Readonly<Record<keyof StoredSettings, string>> = {
@@ -90,6 +96,8 @@ export async function selectSubscriptions(
   const { rows } = await sql<SubscriptionRow>`
     SELECT s.id, s.name, s.url, s.tenant, s.event_types, s.state, s.disabled_reason, s.disabled_at, s.on_exhausted,
            s.max_in_flight, s.retry_schedule, s.request_timeout_ms, s.created_at, s.updated_at,
+           s.breaker_state, s.probe_token IS NOT NULL AND s.probe_at > now() AS probing, s.failure_streak,
+           s.breaker_opened_at, s.probe_at, s.throttled_until,
            max(k.created_at) FILTER (WHERE k.expires_at IS NULL) AS secret_created_at,
            array_agg(k.expires_at ORDER BY k.expires_at) FILTER (WHERE k.expires_at IS NOT NULL) AS overlap_ends
     FROM ${sql.id(schema, 'outbox_subscription')} s
@@ -123,7 +131,8 @@ export async function updateSubscriptionRow(
 }
 
 /**
- * Enables or disables a subscription. Enabling the implicit one makes it receive events again, so it goes behind
+ * Enables or disables a subscription; enabling also resets its endpoint breaker and throttle (an operator's "try it
+ * now"). Enabling the implicit one makes it receive events again, so it goes behind
  * the routing barrier (a stored one disabled kept receiving its rows). Returns false when it does not exist.
  */
 export async function setSubscriptionState(
@@ -138,6 +147,12 @@ export async function setSubscriptionState(
       SET state = ${request.enabled ? 'enabled' : 'disabled'},
           disabled_reason = ${request.enabled ? null : request.reason},
           disabled_at = ${request.enabled ? sql`NULL` : sql`coalesce(disabled_at, now())`},
+          ${
+            request.enabled
+              ? sql`breaker_state = 'closed', failure_streak = 0, streak_started_at = NULL, breaker_opened_at = NULL,
+                    breaker_cooldown_ms = NULL, probe_at = NULL, probe_token = NULL, throttled_until = NULL,`
+              : sql``
+          }
           updated_at = now()
       WHERE id = ${request.id}::uuid`.execute(trx)
     return Number(result.numAffectedRows ?? 0) > 0
