@@ -40,11 +40,27 @@ describe('Prometheus metrics', () => {
       await relay.runOnce()
       const response = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/metrics`)
       const text = await response.text()
-      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="success",status="200"}')).toBe(4)
-      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="retry",status="500"}')).toBe(1)
-      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="dead",status="500"}')).toBe(1)
-      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="conflict",status="409"}')).toBe(1)
-      expect(metricValue(text, 'outbox_delivery_latency_seconds_count')).toBe(4)
+      expect(
+        metricValue(
+          text,
+          'outbox_deliveries_total',
+          '{subscription="default",outcome="success",status="200"}',
+        ),
+      ).toBe(4)
+      expect(
+        metricValue(text, 'outbox_deliveries_total', '{subscription="default",outcome="retry",status="500"}'),
+      ).toBe(1)
+      expect(
+        metricValue(text, 'outbox_deliveries_total', '{subscription="default",outcome="dead",status="500"}'),
+      ).toBe(1)
+      expect(
+        metricValue(
+          text,
+          'outbox_deliveries_total',
+          '{subscription="default",outcome="conflict",status="409"}',
+        ),
+      ).toBe(1)
+      expect(metricValue(text, 'outbox_delivery_latency_seconds_count', '{subscription="default"}')).toBe(4)
       const current = await stats(t.db)
       expect(current).toMatchObject({ pending: 3, dead: 1, blocked: 1, inFlight: 0 })
       expect(metricValue(text, 'outbox_pending')).toBe(current.pending)

@@ -5,6 +5,7 @@ import { UsageError } from './cli-error.js'
 const RENAMED: Readonly<Record<string, string>> = {
   signingSecret: '--secret',
   overdueAfterMs: '--overdue-after',
+  subscriptionId: '--subscription',
 }
 
 /**
