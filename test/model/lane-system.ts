@@ -325,7 +325,8 @@ export class LaneSystem {
     const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx)
     const held: HeldTransaction = { kind: 'redrive', trx, pid: rows[0]!.pid, work: Promise.resolve() }
     held.work = this.#inBackground('redrive', held.pid, async () => {
-      held.revived = await redriveDead({ db: trx, schema: 'public' }, { eventIds: ids })
+      const revived = await redriveDead({ db: trx, schema: 'public' }, { eventIds: ids })
+      held.revived = revived.map((delivery) => delivery.eventId)
     })
     this.#held.push(held)
     await this.settle()

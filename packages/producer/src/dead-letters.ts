@@ -4,9 +4,21 @@ import { resolveSchema } from './schema-name.js'
 import { redriveDead } from './sql/redrive-dead.js'
 import { selectDeadLetters } from './sql/select-dead-letters.js'
 
-/** A dead-lettered event: delivery gave up on it, it is kept for inspection and redrive. */
+/**
+ * A dead-lettered event: delivery to one subscription gave up on it, it is kept for inspection and redrive. An event
+ * dead in two subscriptions is two dead letters (same `eventId`, different `subscriptionId` and `cursor`).
+ */
 export interface DeadLetter {
   readonly eventId: string
+  /** The subscription whose delivery gave up: the nil uuid for the implicit subscription (the relay's `endpoint`). */
+  readonly subscriptionId: string
+  /**
+   * The subscription's name (`default` for the implicit one); null for a stored subscription without a name, or one
+   * deleted while its dead letters were left.
+   */
+  readonly subscriptionName: string | null
+  /** The tenant the event was enqueued for; null when it was enqueued without one. */
+  readonly tenant: string | null
   readonly aggregateType: string
   readonly aggregateId: string
   readonly sequence: number
@@ -28,12 +40,15 @@ export interface ListDeadLettersOptions {
   readonly limit?: number
   /** The `cursor` of the last dead letter of the previous page. */
   readonly after?: string
+  /** Only this subscription's dead letters (its id). @defaultValue every subscription's */
+  readonly subscriptionId?: string
   /** @defaultValue 'public' */
   readonly schema?: string
 }
 
 /**
- * Lists dead letters, oldest first, with their last status and error.
+ * Lists dead letters, oldest first, with their subscription and their last status and error; all of them, or one
+ * subscription's. Pages stay stable while new dead letters arrive.
  *
  * @example
  * ```ts
@@ -41,7 +56,7 @@ export interface ListDeadLettersOptions {
  * import { listDeadLetters } from '@outbox/producer'
  * declare const db: Kysely<any>
  * for (const dead of await listDeadLetters(db, { limit: 20 })) {
- *   console.log(dead.eventId, dead.lastStatus, dead.lastError)
+ *   console.log(dead.subscriptionName, dead.eventId, dead.lastStatus, dead.lastError)
  * }
  * ```
  */
@@ -57,12 +72,16 @@ export async function listDeadLetters(
       (name, got) => `${name('limit')} must be a positive integer, got ${got}`,
     )
   }
+  const subscriptionId = subscriptionIdOption(options.subscriptionId)
   const rows = await selectDeadLetters(
     { db, schema: resolveSchema(options.schema) },
-    { limit, after: decodeCursor(options.after) },
+    { limit, after: decodeCursor(options.after), subscriptionId },
   )
   return rows.map((row) => ({
     eventId: row.event_id,
+    subscriptionId: row.subscription_id,
+    subscriptionName: row.subscription_name,
+    tenant: row.tenant,
     aggregateType: row.aggregate_type,
     aggregateId: row.aggregate_id,
     sequence: Number(row.sequence),
@@ -93,6 +112,19 @@ function decodeCursor(cursor: string | undefined): { deadAt: string; id: string 
   return { deadAt: match[1]!, id: match[2]! }
 }
 
+/** Checks an optional `subscriptionId` option: a subscription's id is a UUID. */
+function subscriptionIdOption(id: string | undefined): string | undefined {
+  if (id === undefined) return undefined
+  if (typeof id !== 'string' || !UUID.test(id)) {
+    throw invalidOption(
+      'subscriptionId',
+      id,
+      (name, got) => `${name('subscriptionId')} must be a subscription's id (a UUID), got ${got}`,
+    )
+  }
+  return id.toLowerCase()
+}
+
 /** How often a redrive chosen as a deadlock's victim starts again before it gives up. */
 const DEADLOCK_RETRIES = 3
 
@@ -106,33 +138,54 @@ async function redriveRetryingDeadlocks(
   db: Kysely<any>,
   schema: string,
   ids: readonly string[] | 'all',
-): Promise<string[]> {
+  subscriptionId: string | undefined,
+): Promise<RedrivenDelivery[]> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await db.transaction().execute((trx) => redriveDead({ db: trx, schema }, { eventIds: ids }))
+      return await db
+        .transaction()
+        .execute((trx) => redriveDead({ db: trx, schema }, { eventIds: ids, subscriptionId }))
     } catch (error) {
       if ((error as { code?: unknown }).code !== '40P01' || attempt > DEADLOCK_RETRIES) throw error
     }
   }
 }
 
-/** Which dead letters {@link redrive} revives: the given event ids, or all of them. */
+/**
+ * Which dead letters {@link redrive} revives: the given event ids, or all of them; in every subscription where they
+ * are dead, or in the one `subscriptionId` names.
+ */
 export type RedriveOptions = ({ readonly eventIds: readonly string[] } | { readonly all: true }) & {
+  /** Only this subscription's dead letters (its id). @defaultValue every subscription's */
+  readonly subscriptionId?: string
   readonly schema?: string
+}
+
+/** One dead letter {@link redrive} revived: an event's delivery to one subscription. */
+export interface RedrivenDelivery {
+  readonly eventId: string
+  readonly subscriptionId: string
 }
 
 /** What {@link redrive} did. */
 export interface RedriveResult {
-  /** Event ids now pending again. */
+  /** Event ids now pending again (in at least one subscription), each once. */
   readonly redriven: readonly string[]
-  /** Requested ids that were not dead letters (unknown, already pending or sent). */
+  /**
+   * Requested ids that were not dead letters (unknown, already pending or sent) — in the subscription given, when
+   * one was.
+   */
   readonly notDead: readonly string[]
+  /** Each revived dead letter with its subscription: an event dead in two subscriptions is listed twice. */
+  readonly deliveries: readonly RedrivenDelivery[]
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /**
  * Sends dead letters again: each goes back to pending with the SAME event id and sequence and its attempts reset.
+ * An event id is redriven in every subscription where it is dead, unless `subscriptionId` names one; another
+ * subscription's delivery of the same event is then left as it is.
  *
  * It locks each affected aggregate's sequence counter (so no enqueue of it is open meanwhile) and lane (so no claim
  * of it runs meanwhile): it never puts two requests of one lane in flight, and never leaves an event enqueued
@@ -147,6 +200,8 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
  * import { redrive } from '@outbox/producer'
  * declare const db: Kysely<any>
  * const { redriven, notDead } = await redrive(db, { eventIds: ['0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a'] })
+ * // Every dead letter of one subscription:
+ * await redrive(db, { all: true, subscriptionId: '5d1c3b0e-8f7a-4e2b-9c61-2a4f0d9e7b13' })
  * ```
  */
 export async function redrive(db: Kysely<any>, options: RedriveOptions): Promise<RedriveResult> {
@@ -169,7 +224,13 @@ export async function redrive(db: Kysely<any>, options: RedriveOptions): Promise
       option: 'eventIds',
     })
   }
-  const redriven = await redriveRetryingDeadlocks(db, schema, ids)
+  const subscriptionId = subscriptionIdOption(options.subscriptionId)
+  const deliveries = await redriveRetryingDeadlocks(db, schema, ids, subscriptionId)
+  const redriven = [...new Set(deliveries.map((delivery) => delivery.eventId))]
   const revived = new Set(redriven)
-  return { redriven, notDead: ids === 'all' ? [] : ids.filter((id) => !revived.has(id)) }
+  return {
+    redriven,
+    notDead: ids === 'all' ? [] : ids.filter((id) => !revived.has(id)),
+    deliveries,
+  }
 }

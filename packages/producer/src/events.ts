@@ -5,6 +5,11 @@ import type { Logger } from './logger.js'
 export interface EventRef {
   /** The subscription delivered to: the nil uuid for the implicit `endpoint` subscription. */
   readonly subscriptionId: string
+  /**
+   * The subscription's name (`default` for the implicit one; its id for a stored one without a name), as the relay
+   * read it: what logs and metrics label deliveries with.
+   */
+  readonly subscriptionName: string
   readonly eventId: string
   readonly eventType: string
   readonly aggregateType: string
@@ -44,6 +49,8 @@ export interface RelayEventMap {
   /** A lane was parked: by a 409 (`conflict`, retried after `retryInMs`) or by an exhausted event under `'block'`. */
   'lane:blocked': {
     readonly subscriptionId: string
+    /** As in {@link EventRef.subscriptionName}. */
+    readonly subscriptionName: string
     readonly aggregateType: string
     readonly aggregateId: string
     readonly reason: 'conflict' | 'exhausted'
@@ -57,6 +64,8 @@ export interface RelayEventMap {
    */
   'lane:takeover': {
     readonly subscriptionId: string
+    /** As in {@link EventRef.subscriptionName}. */
+    readonly subscriptionName: string
     readonly aggregateType: string
     readonly aggregateId: string
     readonly eventId: string

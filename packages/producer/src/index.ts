@@ -2,6 +2,7 @@ export {
   type DeadLetter,
   type ListDeadLettersOptions,
   listDeadLetters,
+  type RedrivenDelivery,
   type RedriveOptions,
   type RedriveResult,
   redrive,
@@ -80,7 +81,13 @@ export {
   producerMigrationSql,
 } from './schema.js'
 export { DEFAULT_SCHEMA, notifyChannel } from './schema-name.js'
-export { type OutboxStats, STRUGGLING_ATTEMPTS, stats } from './stats.js'
+export {
+  type OutboxStats,
+  STRUGGLING_ATTEMPTS,
+  type StatsFigures,
+  type SubscriptionStats,
+  stats,
+} from './stats.js'
 export {
   type CreateSubscriptionInput,
   createSubscription,

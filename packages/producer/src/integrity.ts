@@ -1,9 +1,11 @@
 import type { Kysely } from 'kysely'
 import { invalidOption } from './errors.js'
 import { DEFAULT_LEASE_MS } from './options.js'
+import { pausedSubscriptionWarning } from './paused-subscription.js'
 import { resolveSchema } from './schema-name.js'
 import { findOverdueHeads, findViolations } from './sql/find-violations.js'
 import { type LaneRepair, repairLane } from './sql/repair-lane.js'
+import { selectPausedBacklogs } from './sql/select-paused-backlogs.js'
 
 /** The liveness rules {@link checkIntegrity} checks; each names a way an aggregate could stop moving silently. */
 export type IntegrityViolationKind =
@@ -21,12 +23,27 @@ export type IntegrityViolationKind =
   | 'stale_conflict_marker'
   /** A lease ending later than `maxLeaseMs` from now: longer than any relay takes, so the lane waits too long. */
   | 'lease_too_long'
-  /** The aggregate's sequence counter is missing or below one of its sequences: the next enqueue would fail. */
+  /**
+   * The aggregate's sequence counter is missing or below one of its sequences: the next enqueue would fail. About
+   * the aggregate, not one lane: its `subscriptionId` is null.
+   */
   | 'counter_behind'
+  /** Pending events of a subscription that does not exist (deleted, but its rows left behind): no relay serves them. */
+  | 'orphaned_subscription'
 
-/** A broken liveness rule on one aggregate's lane. */
+/**
+ * A broken liveness rule on one lane: one subscription's view of one aggregate. Every rule is checked per lane, so
+ * a violation in one subscription's lane says nothing about another subscription's lane of the same aggregate.
+ */
 export interface IntegrityViolation {
   readonly kind: IntegrityViolationKind
+  /**
+   * The lane's subscription (the nil uuid for the implicit one); null for `counter_behind`, which is about the
+   * aggregate's sequence counter, shared by every subscription.
+   */
+  readonly subscriptionId: string | null
+  /** The subscription's name (`default` for the implicit one); null with no subscription, a nameless or a missing one. */
+  readonly subscriptionName: string | null
   readonly aggregateType: string
   readonly aggregateId: string
   /** What was found, for a person. */
@@ -39,6 +56,10 @@ export interface IntegrityViolation {
  */
 export interface IntegrityFinding {
   readonly kind: 'overdue_head'
+  /** The lane's subscription (the nil uuid for the implicit one). */
+  readonly subscriptionId: string
+  /** The subscription's name (`default` for the implicit one); null for a stored one without a name. */
+  readonly subscriptionName: string | null
   readonly aggregateType: string
   readonly aggregateId: string
   readonly detail: string
@@ -53,6 +74,11 @@ export interface IntegrityReport {
   readonly ok: boolean
   readonly violations: readonly IntegrityViolation[]
   readonly findings: readonly IntegrityFinding[]
+  /**
+   * Things an operator should act on that break no rule, for a person: a disabled stored subscription holding
+   * pending events (no relay claims them, and they hold back pruning). Its heads are not reported as overdue.
+   */
+  readonly warnings: readonly string[]
 }
 
 /** Options of {@link checkIntegrity}. */
@@ -83,10 +109,11 @@ function positive(value: number | undefined, fallback: number, name: string): nu
  * enqueue, redrive and prune keep every rule, so a violation means a defect or damage from outside (a manual
  * edit, a restore, an older release); {@link repairIntegrity} (`outbox doctor --repair`) mends the ones it can.
  *
- * The rules: every pending event has a lane row; every lane's head is due at a finite time, or the lane is blocked
- * by a dead letter below it that a redrive can revive; no pending event of an unblocked lane waits at
- * `'infinity'`; a lane blocked as exhausted holds a dead letter, one parked by a 409 has a pending head last
- * answered 409; no lease outlasts `maxLeaseMs`; every aggregate's counter is at or above its sequences.
+ * The rules, each per lane (subscription, aggregate): every pending event has a lane row; every lane's head is due
+ * at a finite time, or the lane is blocked by a dead letter below it that a redrive can revive; no pending event of
+ * an unblocked lane waits at `'infinity'`; a lane blocked as exhausted holds a dead letter, one parked by a 409 has
+ * a pending head last answered 409; no lease outlasts `maxLeaseMs`; every pending event's subscription exists. And
+ * per aggregate: its counter is at or above its sequences.
  *
  * @example
  * ```ts
@@ -106,14 +133,17 @@ export async function checkIntegrity(
   const maxLeaseMs = positive(options.maxLeaseMs, DEFAULT_LEASE_MS, 'maxLeaseMs')
   const overdueMs = positive(options.overdueAfterMs, DEFAULT_OVERDUE_AFTER_MS, 'overdueAfterMs')
   const limit = positive(options.limit, 100, 'limit')
-  const [violations, overdue] = await Promise.all([
+  const [violations, overdue, paused] = await Promise.all([
     findViolations({ db, schema }, { maxLeaseMs, limit }),
     findOverdueHeads({ db, schema }, { overdueMs, limit }),
+    selectPausedBacklogs({ db, schema }),
   ])
   return {
     ok: violations.length === 0,
     violations: violations.map((row) => ({
       kind: row.kind as IntegrityViolationKind,
+      subscriptionId: row.subscription_id,
+      subscriptionName: row.subscription_name,
       aggregateType: row.aggregate_type,
       aggregateId: row.aggregate_id,
       detail: row.detail,
@@ -122,6 +152,8 @@ export async function checkIntegrity(
       const overdueSeconds = Math.round(Number(row.overdue_seconds))
       return {
         kind: 'overdue_head' as const,
+        subscriptionId: row.subscription_id,
+        subscriptionName: row.subscription_name,
         aggregateType: row.aggregate_type,
         aggregateId: row.aggregate_id,
         eventId: row.event_id,
@@ -130,11 +162,19 @@ export async function checkIntegrity(
         detail: `head (sequence ${row.sequence}) due for ${overdueSeconds} s and no relay holds it: are relays running?`,
       }
     }),
+    warnings: paused.flatMap((row) => {
+      const warning = pausedSubscriptionWarning({ ...row, state: 'disabled', pending: Number(row.pending) })
+      return warning === undefined ? [] : [warning]
+    }),
   }
 }
 
-/** What {@link repairIntegrity} did to one lane. */
+/** What {@link repairIntegrity} did to one lane (or, with `subscriptionId` null, to an aggregate's counter). */
 export type LaneRepairResult = LaneRepair & {
+  /** As in {@link IntegrityViolation.subscriptionId}. */
+  readonly subscriptionId: string | null
+  /** As in {@link IntegrityViolation.subscriptionName}. */
+  readonly subscriptionName: string | null
   readonly aggregateType: string
   readonly aggregateId: string
   /** The violations that sent the repair there. */
@@ -157,14 +197,17 @@ const REPAIRABLE: ReadonlySet<IntegrityViolationKind> = new Set<IntegrityViolati
   'conflict_without_pending',
   'stale_conflict_marker',
   'counter_behind',
+  'orphaned_subscription',
 ])
 
 /**
  * Mends what {@link checkIntegrity} finds, lane by lane, each in a transaction of its own that takes the lane like a
  * claim: never under a live lease (that lane is skipped, and says so), with the aggregate's counter locked so no
- * enqueue of it is open meanwhile. A lane blocked by a dead letter that is gone resumes as if that event had been
- * skipped; rows stuck at `'infinity'` in a lane not blocked become due; stale 409 parks are cleared; a missing lane
- * row or a counter behind its sequences is restored. Returns what it did and a fresh check.
+ * enqueue of it is open meanwhile. Each lane is mended from its own subscription's rows alone. A lane blocked by a
+ * dead letter that is gone resumes as if that event had been skipped; rows stuck at `'infinity'` in a lane not
+ * blocked become due; stale 409 parks are cleared; a missing lane row or a counter behind its sequences is
+ * restored; the rows and lane of a subscription that no longer exists are deleted. Returns what it did and a fresh
+ * check.
  *
  * @example
  * ```ts
@@ -172,7 +215,7 @@ const REPAIRABLE: ReadonlySet<IntegrityViolationKind> = new Set<IntegrityViolati
  * import { repairIntegrity } from '@outbox/producer'
  * declare const db: Kysely<any>
  * const { lanes, after } = await repairIntegrity(db)
- * for (const lane of lanes) console.log(lane.aggregateType, lane.aggregateId, lane.outcome)
+ * for (const lane of lanes) console.log(lane.subscriptionId, lane.aggregateType, lane.aggregateId, lane.outcome)
  * if (!after.ok) console.error('still broken', after.violations)
  * ```
  */
@@ -184,12 +227,20 @@ export async function repairIntegrity(
   const before = await checkIntegrity(db, options)
   const byLane = new Map<
     string,
-    { aggregateType: string; aggregateId: string; kinds: IntegrityViolationKind[] }
+    {
+      subscriptionId: string | null
+      subscriptionName: string | null
+      aggregateType: string
+      aggregateId: string
+      kinds: IntegrityViolationKind[]
+    }
   >()
   for (const violation of before.violations) {
     if (!REPAIRABLE.has(violation.kind)) continue
-    const key = JSON.stringify([violation.aggregateType, violation.aggregateId])
+    const key = JSON.stringify([violation.subscriptionId, violation.aggregateType, violation.aggregateId])
     const lane = byLane.get(key) ?? {
+      subscriptionId: violation.subscriptionId,
+      subscriptionName: violation.subscriptionName,
       aggregateType: violation.aggregateType,
       aggregateId: violation.aggregateId,
       kinds: [],

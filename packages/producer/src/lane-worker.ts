@@ -61,9 +61,10 @@ function toEvent(row: LaneEvent): EndpointEvent {
   }
 }
 
-function refOf(lane: ClaimedLane, row: LaneEvent): EventRef {
+function refOf(target: DeliveryTarget, lane: ClaimedLane, row: LaneEvent): EventRef {
   return {
     subscriptionId: lane.subscriptionId,
+    subscriptionName: target.name,
     eventId: row.eventId,
     eventType: row.eventType,
     aggregateType: row.aggregateType,
@@ -84,6 +85,8 @@ export function reportTakeover(ctx: LaneContext, lane: ClaimedLane): void {
   if (!lane.takenOver || !head) return
   ctx.events.emit('lane:takeover', {
     subscriptionId: lane.subscriptionId,
+    // A lane of a subscription no longer served is handed back unsent; its id still names it.
+    subscriptionName: ctx.targets.get(lane.subscriptionId)?.name ?? lane.subscriptionId,
     aggregateType: lane.aggregateType,
     aggregateId: lane.aggregateId,
     eventId: head.eventId,
@@ -247,7 +250,7 @@ async function deliverRow(
     })
     if (events.has('delivery:success')) {
       events.emit('delivery:success', {
-        ...refOf(lane, row),
+        ...refOf(target, lane, row),
         httpStatus: outcome.httpStatus,
         deliveryStatus: outcome.deliveryStatus,
         attempts: row.attempts + 1,
@@ -259,7 +262,7 @@ async function deliverRow(
         { ...log, eventId: row.eventId, sequence: row.sequence },
         'consumer answered stale_ignored',
       )
-      events.emit('delivery:stale', { ...refOf(lane, row), httpStatus: outcome.httpStatus })
+      events.emit('delivery:stale', { ...refOf(target, lane, row), httpStatus: outcome.httpStatus })
     }
     return { next: 'row' }
   }
@@ -284,6 +287,7 @@ async function deliverRow(
     )
     events.emit('lane:blocked', {
       subscriptionId: lane.subscriptionId,
+      subscriptionName: target.name,
       aggregateType: lane.aggregateType,
       aggregateId: lane.aggregateId,
       reason: 'conflict',
@@ -493,7 +497,7 @@ async function settleFailure(
       'event dead-lettered',
     )
     events.emit('delivery:dead', {
-      ...refOf(lane, row),
+      ...refOf(target, lane, row),
       attempts: failure.attempts,
       httpStatus: failure.httpStatus,
       error: failure.error,
@@ -502,6 +506,7 @@ async function settleFailure(
     if (onExhausted === 'block') {
       events.emit('lane:blocked', {
         subscriptionId: lane.subscriptionId,
+        subscriptionName: target.name,
         aggregateType: lane.aggregateType,
         aggregateId: lane.aggregateId,
         reason: 'exhausted',
@@ -527,7 +532,7 @@ async function settleFailure(
     'delivery failed; will retry',
   )
   events.emit('delivery:retry', {
-    ...refOf(lane, row),
+    ...refOf(target, lane, row),
     attempts: failure.attempts,
     httpStatus: failure.httpStatus,
     error: failure.error,

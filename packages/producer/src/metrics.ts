@@ -1,7 +1,7 @@
 import type { MetricsRegistry } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
 import type { RelayEvents } from './events.js'
-import type { OutboxStats } from './stats.js'
+import type { OutboxStats, StatsFigures } from './stats.js'
 import { stats } from './stats.js'
 
 export type { MetricsRegistry }
@@ -28,13 +28,18 @@ interface Counter {
   inc(labels: Record<string, string>, value?: number): void
 }
 interface Histogram {
-  observe(value: number): void
+  observe(labels: Record<string, string>, value: number): void
 }
 
 /**
- * The relay's Prometheus metrics on a registry the user owns: counters of deliveries by outcome and HTTP status,
- * a latency histogram, and gauges read from {@link stats} at scrape time (one query serves a whole scrape).
- * prom-client is an optional peer dependency, loaded only when metrics are asked for.
+ * The relay's Prometheus metrics on a registry the user owns: counters of deliveries by subscription, outcome and
+ * HTTP status, a latency histogram by subscription, and gauges of the whole outbox read from {@link stats} at
+ * scrape time (one query serves a whole scrape). prom-client is an optional peer dependency, loaded only when
+ * metrics are asked for.
+ *
+ * The `subscription` label is the subscription's name (`default` for the implicit one, the id for a stored one
+ * without a name): its values are bounded by the number of subscriptions the relay serves, never by events or
+ * aggregates. Deleting and recreating subscriptions under new names adds series, as any label would.
  */
 export class RelayMetrics {
   private constructor(
@@ -58,15 +63,16 @@ export class RelayMetrics {
       existing<Counter>('deliveries_total') ??
       new client.Counter({
         name: `${prefix}deliveries_total`,
-        help: 'Webhook requests by outcome (success, retry, dead, conflict) and HTTP status ("none" for timeouts and network errors).',
-        labelNames: ['outcome', 'status'],
+        help: 'Webhook requests by subscription (its name), outcome (success, retry, dead, conflict) and HTTP status ("none" for timeouts and network errors).',
+        labelNames: ['subscription', 'outcome', 'status'],
         registers: [register],
       })
     const latency =
       existing<Histogram>('delivery_latency_seconds') ??
       new client.Histogram({
         name: `${prefix}delivery_latency_seconds`,
-        help: 'Seconds from the enqueueing transaction to the 2xx answer.',
+        help: 'Seconds from the enqueueing transaction to the 2xx answer, by subscription (its name).',
+        labelNames: ['subscription'],
         buckets: LATENCY_BUCKETS,
         registers: [register],
       })
@@ -82,7 +88,7 @@ export class RelayMetrics {
       }
       return cached.value
     }
-    const gauges: [keyof OutboxStats, string, string][] = [
+    const gauges: [keyof StatsFigures, string, string][] = [
       ['lagSeconds', 'lag_seconds', 'Age in seconds of the oldest undelivered event.'],
       ['pending', 'pending', 'Events not yet delivered.'],
       ['inFlight', 'in_flight', 'Lanes held under a live lease.'],
@@ -107,23 +113,27 @@ export class RelayMetrics {
   /** Feeds the counters and the histogram from a relay's own events. */
   attach(events: RelayEvents): void {
     events.on('delivery:success', (event) => {
-      this.count('success', event.httpStatus)
-      this.observeLatency(event.latencyMs)
+      this.count(event.subscriptionName, 'success', event.httpStatus)
+      this.observeLatency(event.subscriptionName, event.latencyMs)
     })
-    events.on('delivery:retry', (event) => this.count('retry', event.httpStatus))
-    events.on('delivery:dead', (event) => this.count('dead', event.httpStatus))
+    events.on('delivery:retry', (event) => this.count(event.subscriptionName, 'retry', event.httpStatus))
+    events.on('delivery:dead', (event) => this.count(event.subscriptionName, 'dead', event.httpStatus))
     events.on('lane:blocked', (event) => {
-      if (event.reason === 'conflict') this.count('conflict', 409)
+      if (event.reason === 'conflict') this.count(event.subscriptionName, 'conflict', 409)
     })
   }
 
-  /** Counts one request's outcome. */
-  count(outcome: 'success' | 'retry' | 'dead' | 'conflict', httpStatus: number | null): void {
-    this.deliveries.inc({ outcome, status: httpStatus === null ? 'none' : String(httpStatus) })
+  /** Counts one request's outcome for a subscription (its name). */
+  count(
+    subscription: string,
+    outcome: 'success' | 'retry' | 'dead' | 'conflict',
+    httpStatus: number | null,
+  ): void {
+    this.deliveries.inc({ subscription, outcome, status: httpStatus === null ? 'none' : String(httpStatus) })
   }
 
-  /** Records enqueue-to-2xx latency. */
-  observeLatency(ms: number): void {
-    this.latency.observe(ms / 1000)
+  /** Records enqueue-to-2xx latency for a subscription (its name). */
+  observeLatency(subscription: string, ms: number): void {
+    this.latency.observe({ subscription }, ms / 1000)
   }
 }

@@ -1,12 +1,14 @@
 import type { Kysely } from 'kysely'
+import { IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
+import { pausedSubscriptionWarning } from './paused-subscription.js'
 import { resolveSchema } from './schema-name.js'
-import { readStats } from './sql/read-stats.js'
+import { readStats, type SubscriptionStatsRow } from './sql/read-stats.js'
 
-/** A snapshot of the outbox's health, all plain numbers. */
-export interface OutboxStats {
+/** The health figures `stats` gives, for the whole outbox or for one subscription. */
+export interface StatsFigures {
   /** Age in seconds of the oldest undelivered event (0 when nothing is pending): the number to alert on. */
   readonly lagSeconds: number
-  /** Events not yet delivered (including lanes waiting in backoff). */
+  /** Events not yet delivered (including lanes waiting in backoff); one per subscription an event goes to. */
   readonly pending: number
   /** Lanes a relay holds under a live lease right now. */
   readonly inFlight: number
@@ -18,29 +20,38 @@ export interface OutboxStats {
   readonly blocked: number
 }
 
+/** One subscription's share of {@link OutboxStats}: its own lanes' figures. */
+export interface SubscriptionStats extends StatsFigures {
+  /** The subscription's id: the nil uuid for the implicit subscription (the relay's `endpoint`). */
+  readonly id: string
+  /** Its name (`default` for the implicit one); null for a stored subscription created without one. */
+  readonly name: string | null
+  /** A disabled subscription is paused: it keeps receiving events, which no relay claims until it is enabled. */
+  readonly state: 'enabled' | 'disabled'
+  /** The tenant whose events alone it receives; null when it receives every tenant's. */
+  readonly tenant: string | null
+}
+
+/** A snapshot of the outbox's health, all plain numbers: totals over every subscription, then each one's share. */
+export interface OutboxStats extends StatsFigures {
+  /**
+   * One entry per subscription, the implicit one first, then by name. The implicit subscription is listed only
+   * while it is enabled or still holds pending, dead or blocked work, so an outbox that serves stored subscriptions
+   * alone does not show an idle `default`. The totals are the sums of the entries (lag: their maximum), except for
+   * rows a deleted subscription left behind, which only the totals count (`checkIntegrity` reports them).
+   */
+  readonly subscriptions: readonly SubscriptionStats[]
+  /**
+   * Things an operator should act on, for a person: a disabled stored subscription holding pending events (no relay
+   * claims them, and they hold back pruning).
+   */
+  readonly warnings: readonly string[]
+}
+
 /** A head with this many failed attempts counts as struggling. */
 export const STRUGGLING_ATTEMPTS = 3
 
-/**
- * Reads the outbox's health in one consistent snapshot (a single query).
- *
- * @example
- * ```ts
- * import type { Kysely } from 'kysely'
- * import { stats } from '@outbox/producer'
- * declare const db: Kysely<any>
- * const { lagSeconds, dead, blocked } = await stats(db)
- * if (lagSeconds > 300 || blocked > 0) console.warn('outbox needs attention')
- * ```
- */
-export async function stats(
-  db: Kysely<any>,
-  options: { readonly schema?: string } = {},
-): Promise<OutboxStats> {
-  const row = await readStats(
-    { db, schema: resolveSchema(options.schema) },
-    { strugglingAttempts: STRUGGLING_ATTEMPTS },
-  )
+function figures(row: SubscriptionStatsRow): StatsFigures {
   return {
     lagSeconds: row.lag_seconds === null ? 0 : Math.max(0, Number(row.lag_seconds)),
     pending: Number(row.pending),
@@ -49,4 +60,50 @@ export async function stats(
     dead: Number(row.dead),
     blocked: Number(row.blocked),
   }
+}
+
+/**
+ * Reads the outbox's health in one consistent snapshot (a single query): the totals, and the same figures per
+ * subscription.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { stats } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * const { lagSeconds, dead, blocked, subscriptions, warnings } = await stats(db)
+ * if (lagSeconds > 300 || blocked > 0) console.warn('outbox needs attention')
+ * for (const sub of subscriptions) if (sub.dead > 0) console.warn(`${sub.name}: ${sub.dead} dead letters`)
+ * for (const warning of warnings) console.warn(warning)
+ * ```
+ */
+export async function stats(
+  db: Kysely<any>,
+  options: { readonly schema?: string } = {},
+): Promise<OutboxStats> {
+  const rows = await readStats(
+    { db, schema: resolveSchema(options.schema) },
+    { strugglingAttempts: STRUGGLING_ATTEMPTS },
+  )
+  const total = { lagSeconds: 0, pending: 0, inFlight: 0, struggling: 0, dead: 0, blocked: 0 }
+  const subscriptions: SubscriptionStats[] = []
+  const warnings: string[] = []
+  for (const row of rows) {
+    const share = figures(row)
+    total.lagSeconds = Math.max(total.lagSeconds, share.lagSeconds)
+    total.pending += share.pending
+    total.inFlight += share.inFlight
+    total.struggling += share.struggling
+    total.dead += share.dead
+    total.blocked += share.blocked
+    if (!row.known) continue
+    const state = row.state === 'disabled' ? 'disabled' : 'enabled'
+    const idle = share.pending === 0 && share.dead === 0 && share.blocked === 0
+    if (row.subscription_id === IMPLICIT_SUBSCRIPTION_ID && state === 'disabled' && idle) continue
+    const entry = { id: row.subscription_id, name: row.name, state, tenant: row.tenant, ...share } as const
+    subscriptions.push(entry)
+    const warning = pausedSubscriptionWarning(entry)
+    if (warning) warnings.push(warning)
+  }
+  return { ...total, subscriptions, warnings }
 }

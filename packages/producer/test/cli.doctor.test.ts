@@ -8,6 +8,9 @@ import { seedEvents } from './support.js'
 
 const t = useTestDatabase()
 
+/** The implicit subscription, as violations, findings and repairs of a single-endpoint outbox name it. */
+const IMPLICIT = { subscriptionId: '00000000-0000-0000-0000-000000000000', subscriptionName: 'default' }
+
 beforeAll(() => buildCli(), 120_000)
 
 // Every test plants its damage in a schema of its own, so they run concurrently on the one database.
@@ -55,7 +58,7 @@ describe.concurrent('outbox doctor', () => {
     const [text, json] = await Promise.all([doctor('healthy'), doctor('healthy', '--json')])
     expect(text).toMatchObject({ code: 0, stdout: 'no violations\n', stderr: '' })
     expect(json, json.stderr).toMatchObject({ code: 0, stderr: '' })
-    expect(JSON.parse(json.stdout)).toEqual({ ok: true, violations: [], findings: [] })
+    expect(JSON.parse(json.stdout)).toEqual({ ok: true, violations: [], findings: [], warnings: [] })
   })
 
   it('lists each broken rule with its lane and detail, and exits 4', async () => {
@@ -93,7 +96,7 @@ describe.concurrent('outbox doctor', () => {
     expect(result.code, result.stderr).toBe(4)
     expect(result.stderr).toBe('')
     const printed = JSON.parse(result.stdout)
-    expect(Object.keys(printed)).toEqual(['ok', 'violations', 'findings'])
+    expect(Object.keys(printed)).toEqual(['ok', 'violations', 'findings', 'warnings'])
     expect(printed.ok).toBe(false)
     expect(
       printed.violations
@@ -146,7 +149,7 @@ describe.concurrent('outbox doctor', () => {
     expect(result.code, result.stderr).toBe(0)
     const printed = JSON.parse(result.stdout)
     expect(Object.keys(printed)).toEqual(['lanes', 'after'])
-    expect(printed.after).toEqual({ ok: true, violations: [], findings: [] })
+    expect(printed.after).toEqual({ ok: true, violations: [], findings: [], warnings: [] })
     const byLane = Object.fromEntries(
       printed.lanes.map((lane: { aggregateId: string }) => [lane.aggregateId, lane]),
     )
@@ -155,6 +158,7 @@ describe.concurrent('outbox doctor', () => {
       outcome: 'repaired',
       actions: ['made 1 event(s) held at infinity due now'],
       aggregateType: 'order',
+      ...IMPLICIT,
       aggregateId: 'infinity',
       kinds: ['row_at_infinity'],
     })
@@ -193,6 +197,7 @@ describe.concurrent('outbox doctor', () => {
         outcome: 'skipped',
         reason: 'a relay holds it under a live lease; run again later',
         aggregateType: 'order',
+        ...IMPLICIT,
         aggregateId: 'held',
         kinds: ['row_at_infinity'],
       },

@@ -14,6 +14,8 @@ import {
 
 const t = useTestDatabase()
 
+const IMPLICIT_ID = '00000000-0000-0000-0000-000000000000'
+
 /** Enqueues `count` events for one aggregate through the public API; returns them in sequence order. */
 async function enqueueFor(aggregateId: string, count: number): Promise<EnqueuedEvent[]> {
   return await t.db.transaction().execute((trx) =>
@@ -68,6 +70,22 @@ describe('stats', () => {
       struggling: 0,
       dead: 0,
       blocked: 0,
+      // The implicit subscription is listed while it is enabled, even idle.
+      subscriptions: [
+        {
+          id: IMPLICIT_ID,
+          name: 'default',
+          state: 'enabled',
+          tenant: null,
+          lagSeconds: 0,
+          pending: 0,
+          inFlight: 0,
+          struggling: 0,
+          dead: 0,
+          blocked: 0,
+        },
+      ],
+      warnings: [],
     })
   })
 
@@ -177,7 +195,11 @@ describe('redrive', () => {
     const before = await row(a[0]!.eventId)
     const unknown = randomUUID()
     const result = await redrive(t.db, { eventIds: [a[0]!.eventId.toUpperCase(), a[1]!.eventId, unknown] })
-    expect(result).toEqual({ redriven: [a[0]!.eventId], notDead: [a[1]!.eventId, unknown] })
+    expect(result).toEqual({
+      redriven: [a[0]!.eventId],
+      notDead: [a[1]!.eventId, unknown],
+      deliveries: [{ eventId: a[0]!.eventId, subscriptionId: IMPLICIT_ID }],
+    })
     const after = await row(a[0]!.eventId)
     expect(after).toMatchObject({
       id: before.id,
@@ -215,6 +237,7 @@ describe('redrive', () => {
     expect(await redrive(t.db, { eventIds: [a[0]!.eventId] })).toEqual({
       redriven: [a[0]!.eventId],
       notDead: [],
+      deliveries: [{ eventId: a[0]!.eventId, subscriptionId: IMPLICIT_ID }],
     })
 
     expect(await lane('A')).toMatchObject({ blocked_reason: null, blocked_at: null })
@@ -238,7 +261,7 @@ describe('redrive', () => {
     expect([...result.redriven].sort()).toEqual([a[1]!.eventId, b[0]!.eventId].sort())
     expect(result.notDead).toEqual([])
     expect(await stats(t.db)).toMatchObject({ dead: 0, pending: 3 })
-    expect(await redrive(t.db, { all: true })).toEqual({ redriven: [], notDead: [] })
+    expect(await redrive(t.db, { all: true })).toEqual({ redriven: [], notDead: [], deliveries: [] })
   })
 
   it('refuses bad options and changes nothing', async () => {

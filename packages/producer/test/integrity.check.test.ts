@@ -20,6 +20,9 @@ import { seedEvents } from './support.js'
 
 const t = useTestDatabase()
 
+/** The implicit subscription, as violations, findings and repairs of a single-endpoint outbox name it. */
+const IMPLICIT = { subscriptionId: '00000000-0000-0000-0000-000000000000', subscriptionName: 'default' }
+
 /** What the sink answers per aggregate: a status for the listed sequences, 200 `applied` for everything else. */
 const answers = new Map<string, { sequences: readonly number[]; status: number }>()
 let sink: Sink
@@ -97,7 +100,7 @@ async function enqueueOne(aggregateId: string): Promise<number> {
   return sequence
 }
 
-const CLEAN: IntegrityReport = { ok: true, violations: [], findings: [] }
+const CLEAN: IntegrityReport = { ok: true, violations: [], findings: [], warnings: [] }
 
 describe('checkIntegrity on legitimate states', () => {
   it('finds nothing in an outbox with delivered, dead-lettered (skip and block), parked, retrying, leased and fresh lanes', async () => {
@@ -341,6 +344,7 @@ describe('checkIntegrity findings', () => {
       {
         kind: 'overdue_head',
         aggregateType: 'order',
+        ...IMPLICIT,
         aggregateId: 'late-expired',
         eventId: expired.event_id,
         sequence: 1,
@@ -349,6 +353,7 @@ describe('checkIntegrity findings', () => {
       {
         kind: 'overdue_head',
         aggregateType: 'order',
+        ...IMPLICIT,
         aggregateId: 'late',
         eventId: late.event_id,
         sequence: 1,

@@ -104,6 +104,9 @@ describe('dead letters', () => {
       expect(await redrive(t.db, { eventIds: [poisonRow!.event_id] })).toEqual({
         redriven: [poisonRow!.event_id],
         notDead: [],
+        deliveries: [
+          { eventId: poisonRow!.event_id, subscriptionId: '00000000-0000-0000-0000-000000000000' },
+        ],
       })
       expect(await stats(t.db)).toMatchObject({ blocked: 0 })
       await relay.runOnce()
@@ -173,6 +176,7 @@ describe('dead letters', () => {
     expect(await redrive(t.db, { eventIds: [row!.event_id] })).toEqual({
       redriven: [],
       notDead: [row!.event_id],
+      deliveries: [],
     })
     await expect(redrive(t.db, { eventIds: ['nope'] })).rejects.toThrow(/UUID/)
   })

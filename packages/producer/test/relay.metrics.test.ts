@@ -1,10 +1,11 @@
 import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
+import { sql } from 'kysely'
 import { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
 import { Relay, silentLogger, stats } from '../src/index.js'
-import { seedEvents } from './support.js'
+import { seedEvents, storeSubscriptions } from './support.js'
 
 const t = useTestDatabase()
 
@@ -40,11 +41,27 @@ describe('Prometheus metrics', () => {
       await relay.runOnce()
       const response = await fetch(`http://127.0.0.1:${(server.address() as AddressInfo).port}/metrics`)
       const text = await response.text()
-      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="success",status="200"}')).toBe(4)
-      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="retry",status="500"}')).toBe(1)
-      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="dead",status="500"}')).toBe(1)
-      expect(metricValue(text, 'outbox_deliveries_total', '{outcome="conflict",status="409"}')).toBe(1)
-      expect(metricValue(text, 'outbox_delivery_latency_seconds_count')).toBe(4)
+      expect(
+        metricValue(
+          text,
+          'outbox_deliveries_total',
+          '{subscription="default",outcome="success",status="200"}',
+        ),
+      ).toBe(4)
+      expect(
+        metricValue(text, 'outbox_deliveries_total', '{subscription="default",outcome="retry",status="500"}'),
+      ).toBe(1)
+      expect(
+        metricValue(text, 'outbox_deliveries_total', '{subscription="default",outcome="dead",status="500"}'),
+      ).toBe(1)
+      expect(
+        metricValue(
+          text,
+          'outbox_deliveries_total',
+          '{subscription="default",outcome="conflict",status="409"}',
+        ),
+      ).toBe(1)
+      expect(metricValue(text, 'outbox_delivery_latency_seconds_count', '{subscription="default"}')).toBe(4)
       const current = await stats(t.db)
       expect(current).toMatchObject({ pending: 3, dead: 1, blocked: 1, inFlight: 0 })
       expect(metricValue(text, 'outbox_pending')).toBe(current.pending)
@@ -56,6 +73,47 @@ describe('Prometheus metrics', () => {
     } finally {
       server.close()
       await sink.close()
+    }
+  })
+
+  it('labels the delivery counters and the latency histogram with each subscription’s name', async () => {
+    const okSink = await startSink()
+    const failing = await startSink(() => ({ status: 500 }))
+    const register = new Registry()
+    await storeSubscriptions(t.db, { ok: { url: okSink.url }, failing: { url: failing.url } })
+    try {
+      await seedEvents(t.db, ['s-1', 's-2'], 1)
+      const relay = new Relay({
+        db: t.db,
+        allowPrivateNetworks: true,
+        retrySchedule: [0],
+        metrics: { register },
+        logger: silentLogger,
+      })
+      await relay.runOnce()
+      await relay.runOnce()
+      const text = await register.metrics()
+      expect(
+        metricValue(text, 'outbox_deliveries_total', '{subscription="ok",outcome="success",status="200"}'),
+      ).toBe(2)
+      expect(
+        metricValue(text, 'outbox_deliveries_total', '{subscription="failing",outcome="retry",status="500"}'),
+      ).toBe(2)
+      expect(
+        metricValue(text, 'outbox_deliveries_total', '{subscription="failing",outcome="dead",status="500"}'),
+      ).toBe(2)
+      expect(
+        metricValue(text, 'outbox_deliveries_total', '{subscription="ok",outcome="retry",status="500"}'),
+      ).toBeUndefined()
+      expect(metricValue(text, 'outbox_delivery_latency_seconds_count', '{subscription="ok"}')).toBe(2)
+      expect(
+        metricValue(text, 'outbox_delivery_latency_seconds_count', '{subscription="failing"}'),
+      ).toBeUndefined()
+    } finally {
+      await okSink.close()
+      await failing.close()
+      await sql`DELETE FROM outbox_subscription WHERE name IN ('ok', 'failing')`.execute(t.db)
+      await sql`UPDATE outbox_subscription SET state = 'enabled' WHERE name = 'default'`.execute(t.db)
     }
   })
 

@@ -82,3 +82,27 @@ export async function expectLanesLive(db: Kysely<any>): Promise<void> {
   const { violations } = await checkIntegrity(db)
   if (violations.length > 0) throw new Error(`checkIntegrity: ${JSON.stringify(violations)}`)
 }
+
+/** The implicit subscription's id: the relay's `endpoint`, and every row of a single-endpoint outbox. */
+export const IMPLICIT_SUBSCRIPTION = '00000000-0000-0000-0000-000000000000'
+
+/**
+ * Stores one subscription per name, straight into `outbox_subscription` (each with a URL of its own, a tenant when
+ * given), and disables the implicit one so that enqueued events go to these alone. Returns their ids by name.
+ */
+export async function storeSubscriptions(
+  db: Kysely<any>,
+  subscriptions: Readonly<Record<string, { readonly url?: string; readonly tenant?: string }>>,
+  options: { schema?: string } = {},
+): Promise<Record<string, string>> {
+  const table = sql.id(options.schema ?? 'public', 'outbox_subscription')
+  await sql`UPDATE ${table} SET state = 'disabled' WHERE id = ${IMPLICIT_SUBSCRIPTION}::uuid`.execute(db)
+  const ids: Record<string, string> = {}
+  for (const [name, { url, tenant }] of Object.entries(subscriptions)) {
+    const { rows } = await sql<{ id: string }>`
+      INSERT INTO ${table} (name, url, tenant) VALUES (${name}, ${url ?? `http://127.0.0.1:9/${name}`}, ${tenant ?? null})
+      RETURNING id`.execute(db)
+    ids[name] = rows[0]!.id
+  }
+  return ids
+}

@@ -1,4 +1,5 @@
-import type { DeadLetter } from '../index.js'
+import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
+import type { DeadLetter, RedrivenDelivery } from '../index.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
@@ -10,9 +11,15 @@ import { DATABASE_FLAGS, integerFlag, parseFlags } from './parse-flags.js'
 
 const ERROR_COLUMN_WIDTH = 60
 
-function row(dead: DeadLetter): string[] {
+/** The name an operator knows a subscription by; its id when it has none (or was deleted). */
+function subscriptionLabel(dead: DeadLetter): string {
+  return dead.subscriptionName ?? dead.subscriptionId
+}
+
+function row(dead: DeadLetter, withSubscription: boolean): string[] {
   return [
     dead.deadAt.toISOString(),
+    ...(withSubscription ? [subscriptionLabel(dead)] : []),
     dead.eventId,
     `${dead.aggregateType}:${dead.aggregateId}`,
     String(dead.sequence),
@@ -29,13 +36,19 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
     json: { type: 'boolean' },
     limit: { type: 'string' },
     after: { type: 'string' },
+    subscription: { type: 'string' },
   })
   const limit = integerFlag(values.limit, 'limit', 1, 10_000) ?? DEFAULT_LIST_LIMIT
   const target = resolveDatabase(values, io.env)
   const { listDeadLetters } = await loadProducer()
   const dead = await withFlagNames(values, () =>
     withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
-      listDeadLetters(db, { limit, after: values.after, schema: target.schema }),
+      listDeadLetters(db, {
+        limit,
+        after: values.after,
+        subscriptionId: values.subscription,
+        schema: target.schema,
+      }),
     ),
   )
   if (values.json) {
@@ -43,13 +56,31 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
   } else if (dead.length === 0) {
     writeLine(io.stdout, values.after === undefined ? 'no dead letters' : 'no more dead letters')
   } else {
-    const header = ['DEAD AT', 'EVENT ID', 'AGGREGATE', 'SEQ', 'TYPE', 'ATTEMPTS', 'LAST', 'LAST ERROR']
-    for (const line of formatTable([header, ...dead.map(row)])) writeLine(io.stdout, line)
+    // The subscription column appears once a dead letter is not the implicit subscription's: a single-endpoint
+    // outbox's table stays as it was.
+    const withSubscription = dead.some((one) => one.subscriptionId !== IMPLICIT_SUBSCRIPTION_ID)
+    const header = [
+      'DEAD AT',
+      ...(withSubscription ? ['SUBSCRIPTION'] : []),
+      'EVENT ID',
+      'AGGREGATE',
+      'SEQ',
+      'TYPE',
+      'ATTEMPTS',
+      'LAST',
+      'LAST ERROR',
+    ]
+    const rows = dead.map((one) => row(one, withSubscription))
+    for (const line of formatTable([header, ...rows])) writeLine(io.stdout, line)
   }
   const last = dead.at(-1)
   if (dead.length === limit && last) {
     // On stderr, so `--json` output stays one document.
-    writeLine(io.stderr, `more may follow: outbox dead-letters list --limit ${limit} --after ${last.cursor}`)
+    const only = values.subscription === undefined ? '' : ` --subscription ${values.subscription}`
+    writeLine(
+      io.stderr,
+      `more may follow: outbox dead-letters list${only} --limit ${limit} --after ${last.cursor}`,
+    )
   }
   return 0
 }
@@ -58,7 +89,12 @@ async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<n
   const { values, positionals } = parseFlags(
     'dead-letters redrive',
     argv,
-    { ...DATABASE_FLAGS, all: { type: 'boolean' }, json: { type: 'boolean' } },
+    {
+      ...DATABASE_FLAGS,
+      all: { type: 'boolean' },
+      json: { type: 'boolean' },
+      subscription: { type: 'string' },
+    },
     true,
   )
   if (values.all && positionals.length > 0) {
@@ -70,21 +106,31 @@ async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<n
   const eventIds = [...new Set(positionals.map((id) => id.trim().toLowerCase()))]
   const target = resolveDatabase(values, io.env)
   const { redrive } = await loadProducer()
-  const result = await withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
-    redrive(db, values.all ? { all: true, schema: target.schema } : { eventIds, schema: target.schema }),
+  const scope = { subscriptionId: values.subscription, schema: target.schema }
+  const result = await withFlagNames(values, () =>
+    withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
+      redrive(db, values.all ? { all: true, ...scope } : { eventIds, ...scope }),
+    ),
   )
   if (values.json) {
     writeLine(io.stdout, JSON.stringify(result))
     return 0
   }
   if (result.redriven.length === 0) {
-    writeLine(io.stdout, values.all ? 'nothing to redrive: there are no dead letters' : 'nothing redriven')
+    writeLine(
+      io.stdout,
+      !values.all
+        ? 'nothing redriven'
+        : values.subscription === undefined
+          ? 'nothing to redrive: there are no dead letters'
+          : 'nothing to redrive: this subscription has no dead letters',
+    )
   } else {
     writeLine(
       io.stdout,
       `redriven ${result.redriven.length} (pending again, same event id and sequence, attempts reset):`,
     )
-    for (const id of result.redriven) writeLine(io.stdout, `  ${id}`)
+    for (const line of redrivenLines(result.redriven, result.deliveries)) writeLine(io.stdout, line)
   }
   if (result.notDead.length > 0) {
     writeLine(
@@ -94,6 +140,23 @@ async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<n
     for (const id of result.notDead) writeLine(io.stdout, `  ${id}`)
   }
   return 0
+}
+
+/**
+ * One line per redriven event; an event revived in stored subscriptions names them (by id, as `--subscription`
+ * takes them), so a single-endpoint outbox's output stays as it was.
+ */
+function redrivenLines(redriven: readonly string[], deliveries: readonly RedrivenDelivery[]): string[] {
+  return redriven.map((eventId) => {
+    const stored = deliveries
+      .filter((one) => one.eventId === eventId && one.subscriptionId !== IMPLICIT_SUBSCRIPTION_ID)
+      .map((one) => one.subscriptionId)
+    const implicit = deliveries.some(
+      (one) => one.eventId === eventId && one.subscriptionId === IMPLICIT_SUBSCRIPTION_ID,
+    )
+    if (stored.length === 0) return `  ${eventId}`
+    return `  ${eventId}  subscription ${[...(implicit ? ['default'] : []), ...stored].join(', ')}`
+  })
 }
 
 /** `outbox dead-letters list|redrive`: inspect dead letters and send them again. */

@@ -1,3 +1,4 @@
+import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { IntegrityReport, LaneRepairResult, RepairReport } from '../index.js'
 import { DEFAULT_DOCTOR_LIMIT, EXIT_VIOLATIONS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
@@ -21,17 +22,32 @@ function plural(count: number, word: string): string {
   return `${count} ${word}${count === 1 ? '' : 's'}`
 }
 
+/**
+ * A lane as an operator reads it: `order:42`, followed by its subscription's name when it is not the implicit one
+ * (a single-endpoint outbox's report stays as it was). A rule about the aggregate as a whole has no subscription.
+ */
+function laneLabel(lane: {
+  readonly subscriptionId: string | null
+  readonly subscriptionName: string | null
+  readonly aggregateType: string
+  readonly aggregateId: string
+}): string {
+  const aggregate = `${lane.aggregateType}:${lane.aggregateId}`
+  if (lane.subscriptionId === null || lane.subscriptionId === IMPLICIT_SUBSCRIPTION_ID) return aggregate
+  return `${aggregate} (subscription ${lane.subscriptionName ?? lane.subscriptionId})`
+}
+
 /** The report as an operator reads it: violations, then findings apart (they fail nothing), then one summary. */
 function reportLines(report: IntegrityReport): string[] {
   const lines: string[] = []
   if (report.violations.length > 0) {
     lines.push('violations:')
-    const rows = report.violations.map((v) => [v.kind, `${v.aggregateType}:${v.aggregateId}`, v.detail])
+    const rows = report.violations.map((v) => [v.kind, laneLabel(v), v.detail])
     for (const row of formatTable(rows)) lines.push(`  ${row}`)
   }
   if (report.findings.length > 0) {
     lines.push('findings (not violations):')
-    const rows = report.findings.map((f) => [f.kind, `${f.aggregateType}:${f.aggregateId}`, f.detail])
+    const rows = report.findings.map((f) => [f.kind, laneLabel(f), f.detail])
     for (const row of formatTable(rows)) lines.push(`  ${row}`)
   }
   lines.push(summary(report))
@@ -44,7 +60,9 @@ function summary(report: IntegrityReport): string {
       ? ''
       : `; ${plural(report.findings.length, 'overdue head')} no relay holds (is a relay running?)`
   if (report.ok) return `no violations${findings}`
-  const lanes = new Set(report.violations.map((v) => JSON.stringify([v.aggregateType, v.aggregateId])))
+  const lanes = new Set(
+    report.violations.map((v) => JSON.stringify([v.subscriptionId, v.aggregateType, v.aggregateId])),
+  )
   // lease_too_long is the one rule a repair leaves alone, so the advice depends on what is left.
   const repairable = report.violations.some((v) => v.kind !== 'lease_too_long')
   const advice = [
@@ -65,7 +83,7 @@ function laneRow(lane: LaneRepairResult): string[] {
       : lane.actions.length > 0
         ? lane.actions.join('; ')
         : 'nothing left to do (it was mended meanwhile)'
-  return [lane.outcome, `${lane.aggregateType}:${lane.aggregateId}`, lane.kinds.join(','), what]
+  return [lane.outcome, laneLabel(lane), lane.kinds.join(','), what]
 }
 
 function repairLines(repair: RepairReport): string[] {
@@ -78,6 +96,11 @@ function repairLines(repair: RepairReport): string[] {
           ...formatTable(repair.lanes.map(laneRow)).map((row) => `  ${row}`),
         ]
   return [...lines, 'after the repair:', ...reportLines(repair.after)]
+}
+
+/** The report's warnings (a disabled subscription holding events), on stderr so `--json` stays one document. */
+function warn(report: IntegrityReport, io: CliIo): void {
+  for (const warning of report.warnings) writeLine(io.stderr, `warning: ${warning}`)
 }
 
 /**
@@ -121,12 +144,14 @@ export async function doctorCommand(argv: readonly string[], io: CliIo): Promise
         const repair = await producer.repairIntegrity(db, options)
         if (values.json) writeLine(io.stdout, JSON.stringify(repair))
         else for (const line of repairLines(repair)) writeLine(io.stdout, line)
+        warn(repair.after, io)
         warnIfCut(repair.after, limit, io)
         return repair.after.ok ? 0 : EXIT_VIOLATIONS
       }
       const report = await producer.checkIntegrity(db, options)
       if (values.json) writeLine(io.stdout, JSON.stringify(report))
       else for (const line of reportLines(report)) writeLine(io.stdout, line)
+      warn(report, io)
       warnIfCut(report, limit, io)
       return report.ok ? 0 : EXIT_VIOLATIONS
     }),

@@ -129,9 +129,12 @@ Prints the outbox's health from one consistent snapshot:
   struggling  lane heads that failed 3 or more times and are still retried
   dead        dead-lettered events (outbox dead-letters list)
   blocked     lanes parked by a 409 from the consumer or by --on-exhausted block
+With stored subscriptions, the same figures follow per subscription; a disabled subscription holding pending
+events is warned about on stderr.
 
 Options:
-  --json                 print JSON: {"lagSeconds", "pending", "inFlight", "struggling", "dead", "blocked"}
+  --json                 print JSON: {"lagSeconds", "pending", "inFlight", "struggling", "dead", "blocked",
+                         "subscriptions": [{"id", "name", "state", "tenant", …the same figures}], "warnings"}
   --watch                refresh until Ctrl-C: redraws in place on a terminal, one line per refresh otherwise
                          (one JSON object per line with --json, with a "time" field)
   --interval <duration>  time between refreshes with --watch, e.g. 500ms, 2s, 1m (default ${DEFAULT_WATCH_INTERVAL_MS / 1000}s)
@@ -184,11 +187,14 @@ Examples:
 
   'dead-letters list': `Usage: outbox dead-letters list [--json] [--limit <n>] [--after <cursor>] [options]
 
-Lists dead-lettered events, oldest first, with their attempts, last HTTP status and last error.
+Lists dead-lettered events, oldest first, with their attempts, last HTTP status and last error (and their
+subscription, once one is not the implicit one).
 
 Options:
-  --json                 print a JSON array of dead letters (eventId, aggregateType, aggregateId, sequence,
-                         eventType, attempts, lastStatus, lastError, lastAttemptAt, createdAt, deadAt, cursor)
+  --json                 print a JSON array of dead letters (eventId, subscriptionId, subscriptionName, tenant,
+                         aggregateType, aggregateId, sequence, eventType, attempts, lastStatus, lastError,
+                         lastAttemptAt, createdAt, deadAt, cursor)
+  --subscription <id>    only this subscription's dead letters
   --limit <n>            page size (default ${DEFAULT_LIST_LIMIT}); when a page is full, stderr says how to get the next
   --after <cursor>       the cursor of the last dead letter of the previous page
 ${databaseOptions()}
@@ -205,9 +211,12 @@ an ordered consumer then answers stale_ignored, which the relay logs.
 Reports which events were redriven and which given ids were not dead letters (unknown, pending or already sent;
 those are left unchanged). Exits 0 either way; use --json to act on the lists.
 
+An event is redriven in every subscription where it is dead, unless --subscription names one.
+
 Options:
   --all                  redrive every dead letter
-  --json                 print {"redriven": [...], "notDead": [...]}
+  --subscription <id>    only this subscription's dead letters
+  --json                 print {"redriven": [...], "notDead": [...], "deliveries": [{"eventId", "subscriptionId"}]}
 ${databaseOptions()}
 `,
 
@@ -216,7 +225,9 @@ ${databaseOptions()}
 Checks the rules that keep every aggregate's lane moving and lists each lane that breaks one: pending events with
 no lane row, events held at infinity, a lane blocked by a dead letter that is gone (pruned), a 409 park with nothing
 pending or whose head was last answered otherwise, a lease longer than --max-lease-ms, a sequence counter behind
-its events. The relay, enqueue, redrive and prune keep these rules, so a violation means damage from outside (a
+its events, pending events of a subscription that no longer exists. A lane is one subscription's view of an
+aggregate; lanes of stored subscriptions are shown with the subscription's name. A disabled subscription holding
+pending events is warned about on stderr. The relay, enqueue, redrive and prune keep these rules, so a violation means damage from outside (a
 manual edit, a restore, an older release). Read-only unless --repair.
 
 Heads due for longer than --overdue-after that no relay holds are listed apart, as findings: that is what an outbox
@@ -229,7 +240,7 @@ never shortened under its owner). Then the check runs again.
 Exits 0 when no rule is broken (with --repair: none is left), and ${EXIT_VIOLATIONS} when one is, so a probe can alert.
 
 Options:
-  --json                      print the report as JSON: {"ok", "violations", "findings"};
+  --json                      print the report as JSON: {"ok", "violations", "findings", "warnings"};
                               with --repair {"lanes", "after"} (after: the check that followed)
   --repair                    mend what the check finds, then check again
   --max-lease-ms <ms>         the longest lease your relays take (default 60000); pass your relays' --lease-ms

@@ -8,6 +8,7 @@ const RENAMED: Readonly<Record<string, string>> = {
   eventTypes: '--event-type',
   overlapMs: '--overlap',
   subscriptions: '--subscription',
+  subscriptionId: '--subscription',
 }
 
 /**

@@ -42,10 +42,11 @@ export function createCliLogger(format: LogFormat, minimum: LogLevel, stream: No
       stream.write(`${JSON.stringify({ time, level, msg: message, ...Object.fromEntries(entries) })}\n`)
       return
     }
-    const { aggregateType, aggregateId, subscriptionId, ...rest } = fields
+    const { aggregateType, aggregateId, subscriptionId, subscriptionName, ...rest } = fields
     const parts = [time, level.toUpperCase().padEnd(5), message]
     // A single-endpoint relay's lines stay as they were: the implicit subscription goes without saying.
     if (subscriptionId !== undefined && subscriptionId !== IMPLICIT_SUBSCRIPTION_ID) {
+      if (subscriptionName !== undefined) parts.push(`subscription=${textValue(subscriptionName)}`)
       parts.push(`subscriptionId=${textValue(subscriptionId)}`)
     }
     if (aggregateType !== undefined) parts.push(`lane=${textValue(`${aggregateType}:${aggregateId}`)}`)

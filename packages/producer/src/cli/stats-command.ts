@@ -1,6 +1,7 @@
 import { clearScreenDown, moveCursor } from 'node:readline'
 import { setTimeout as sleep } from 'node:timers/promises'
-import type { OutboxStats } from '../index.js'
+import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
+import type { OutboxStats, StatsFigures, SubscriptionStats } from '../index.js'
 import { DEFAULT_WATCH_INTERVAL_MS, MIN_WATCH_INTERVAL_MS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
@@ -38,10 +39,76 @@ function table(snapshot: OutboxStats, strugglingAttempts: number): string[] {
   ])
 }
 
-function line(snapshot: OutboxStats): string {
-  return Object.entries(snapshot)
-    .map(([key, value]) => `${key}=${key === 'lagSeconds' ? Number(value.toFixed(3)) : value}`)
-    .join(' ')
+/**
+ * The per-subscription rows are shown only when there is more than the implicit subscription: a single-endpoint
+ * outbox's output stays as it was before subscriptions.
+ */
+function perSubscription(snapshot: OutboxStats): readonly SubscriptionStats[] {
+  const { subscriptions } = snapshot
+  const onlyImplicit =
+    subscriptions.length === 0 ||
+    (subscriptions.length === 1 && subscriptions[0]!.id === IMPLICIT_SUBSCRIPTION_ID)
+  return onlyImplicit ? [] : subscriptions
+}
+
+function subscriptionTable(snapshot: OutboxStats): string[] {
+  const rows = perSubscription(snapshot)
+  if (rows.length === 0) return []
+  const header = [
+    'SUBSCRIPTION',
+    'STATE',
+    'TENANT',
+    'LAG',
+    'PENDING',
+    'IN FLIGHT',
+    'STRUGGLING',
+    'DEAD',
+    'BLOCKED',
+  ]
+  return [
+    '',
+    ...formatTable([
+      header,
+      ...rows.map((sub) => [
+        sub.name ?? sub.id,
+        sub.state,
+        sub.tenant ?? '-',
+        formatSeconds(sub.lagSeconds),
+        String(sub.pending),
+        String(sub.inFlight),
+        String(sub.struggling),
+        String(sub.dead),
+        String(sub.blocked),
+      ]),
+    ]),
+  ]
+}
+
+/** `key=value` pairs of the figures, as one line of `--watch` output. */
+function pairs(figures: StatsFigures): string {
+  return FIGURES.map((key) => {
+    const value = figures[key]
+    return `${key}=${key === 'lagSeconds' ? Number(value.toFixed(3)) : value}`
+  }).join(' ')
+}
+
+const FIGURES: readonly (keyof StatsFigures)[] = [
+  'lagSeconds',
+  'pending',
+  'inFlight',
+  'struggling',
+  'dead',
+  'blocked',
+]
+
+/** The totals on one line, then (with stored subscriptions) one line per subscription. */
+function lines(snapshot: OutboxStats, time: string): string[] {
+  return [
+    `${time} ${pairs(snapshot)}`,
+    ...perSubscription(snapshot).map(
+      (sub) => `${time} subscription=${sub.name ?? sub.id} state=${sub.state} ${pairs(sub)}`,
+    ),
+  ]
 }
 
 /** `outbox stats`: the outbox's health once, or continuously with `--watch`. */
@@ -58,16 +125,25 @@ export async function statsCommand(argv: readonly string[], io: CliIo): Promise<
   }
   return await withDatabase(target, { applicationName: 'outbox stats', max: 1 }, async (db) => {
     const read = () => producer.stats(db, { schema: target.schema })
-    const render = (snapshot: OutboxStats) => table(snapshot, producer.STRUGGLING_ATTEMPTS)
+    const render = (snapshot: OutboxStats) => [
+      ...table(snapshot, producer.STRUGGLING_ATTEMPTS),
+      ...subscriptionTable(snapshot),
+    ]
     if (!values.watch) {
       const snapshot = await read()
       if (values.json) writeLine(io.stdout, JSON.stringify(snapshot))
       else for (const row of render(snapshot)) writeLine(io.stdout, row)
+      warn(snapshot, io)
       return 0
     }
     await watch(read, render, target, intervalMs ?? DEFAULT_WATCH_INTERVAL_MS, Boolean(values.json), io)
     return 0
   })
+}
+
+/** The snapshot's warnings, on stderr so that stdout stays the figures (and one JSON document with --json). */
+function warn(snapshot: OutboxStats, io: CliIo): void {
+  for (const warning of snapshot.warnings) writeLine(io.stderr, `warning: ${warning}`)
 }
 
 async function watch(
@@ -101,7 +177,9 @@ async function watch(
         const frame = [
           `outbox stats · ${target.database} · schema ${target.schema} · every ${formatSeconds(intervalMs / 1000)} · ${time.toLocaleTimeString()} (Ctrl-C to stop)`,
           '',
-          ...(snapshot ? render(snapshot) : [`unavailable: ${failure} (retrying)`]),
+          ...(snapshot
+            ? [...render(snapshot), ...snapshot.warnings.map((warning) => `warning: ${warning}`)]
+            : [`unavailable: ${failure} (retrying)`]),
         ]
         if (drawn > 0) {
           moveCursor(io.stdout, 0, -drawn)
@@ -110,12 +188,9 @@ async function watch(
         for (const row of frame) writeLine(io.stdout, row)
         drawn = frame.length
       } else if (snapshot) {
-        writeLine(
-          io.stdout,
-          json
-            ? JSON.stringify({ time: time.toISOString(), ...snapshot })
-            : `${time.toISOString()} ${line(snapshot)}`,
-        )
+        if (json) writeLine(io.stdout, JSON.stringify({ time: time.toISOString(), ...snapshot }))
+        else for (const row of lines(snapshot, time.toISOString())) writeLine(io.stdout, row)
+        warn(snapshot, io)
       } else {
         writeLine(io.stderr, `${time.toISOString()} stats unavailable: ${failure} (retrying)`)
       }

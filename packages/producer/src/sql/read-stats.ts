@@ -1,8 +1,17 @@
 import { sql } from 'kysely'
+import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { SqlContext } from './sql-context.js'
 
-/** Raw counters behind `stats`, as PostgreSQL returns them. */
-export interface StatsRow {
+/**
+ * Raw figures of one subscription behind `stats`, as PostgreSQL returns them. A row whose `known` is false groups
+ * outbox rows or lanes of a subscription id with no `outbox_subscription` row (deleted while rows were left).
+ */
+export interface SubscriptionStatsRow {
+  subscription_id: string
+  known: boolean
+  name: string | null
+  state: string | null
+  tenant: string | null
   lag_seconds: number | string | null
   pending: string
   struggling: string
@@ -12,28 +21,59 @@ export interface StatsRow {
 }
 
 /**
- * Reads every stats figure in one round trip and one snapshot, so the numbers agree with each other.
+ * Reads every stats figure, per subscription, in one round trip and one statement (one snapshot), so the numbers
+ * agree with each other and the totals are the sums of the rows.
  *
- * Pending-row figures come from the partial pending index (small however many sent rows exist); `dead` from the
- * partial dead index; lane figures from the lane table's partial indexes. `struggling` counts rows with three or
- * more attempts: only a lane's head ever accumulates attempts, so that is the number of struggling heads.
+ * One row per subscription id met in the outbox, the lanes or `outbox_subscription`. Each figure is one grouped
+ * scan: pending rows read once through the partial pending index (lag, pending and struggling together, small
+ * however many sent rows exist); `dead` from the partial dead index; lane figures from the lane table's partial
+ * indexes (leased, blocked). `struggling` counts rows with three or more attempts: only a lane's head ever
+ * accumulates attempts, so that is the number of struggling heads.
  */
 export async function readStats(
   ctx: SqlContext,
   request: { readonly strugglingAttempts: number },
-): Promise<StatsRow> {
+): Promise<SubscriptionStatsRow[]> {
   const { db, schema } = ctx
   const { strugglingAttempts } = request
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
-  // Raw SQL: six scalar subqueries over two tables in one statement (one snapshot), not a read the builder shapes.
-  const { rows } = await sql<StatsRow>`
-    SELECT
-      (SELECT extract(epoch FROM now() - min(created_at)) FROM ${outbox} WHERE status = 'pending') AS lag_seconds,
-      (SELECT count(*) FROM ${outbox} WHERE status = 'pending') AS pending,
-      (SELECT count(*) FROM ${outbox} WHERE status = 'pending' AND attempts >= ${strugglingAttempts}) AS struggling,
-      (SELECT count(*) FROM ${outbox} WHERE status = 'dead') AS dead,
-      (SELECT count(*) FROM ${lane} WHERE claim_token IS NOT NULL AND leased_until > now()) AS in_flight,
-      (SELECT count(*) FROM ${lane} WHERE blocked_reason IS NOT NULL) AS blocked`.execute(db)
-  return rows[0]!
+  const subscription = sql.id(schema, 'outbox_subscription')
+  // Raw SQL: four grouped scans and a full list of ids joined in one statement (one snapshot), with FILTER
+  // aggregates the builder does not shape readably.
+  const { rows } = await sql<SubscriptionStatsRow>`
+    WITH pending AS (
+      SELECT o.subscription_id, min(o.created_at) AS oldest, count(*) AS pending,
+             count(*) FILTER (WHERE o.attempts >= ${strugglingAttempts}) AS struggling
+      FROM ${outbox} o WHERE o.status = 'pending'
+      GROUP BY o.subscription_id
+    ), dead AS (
+      SELECT o.subscription_id, count(*) AS dead FROM ${outbox} o WHERE o.status = 'dead'
+      GROUP BY o.subscription_id
+    ), in_flight AS (
+      SELECT l.subscription_id, count(*) AS in_flight FROM ${lane} l
+      WHERE l.claim_token IS NOT NULL AND l.leased_until > now()
+      GROUP BY l.subscription_id
+    ), blocked AS (
+      SELECT l.subscription_id, count(*) AS blocked FROM ${lane} l WHERE l.blocked_reason IS NOT NULL
+      GROUP BY l.subscription_id
+    ), ids AS (
+      SELECT subscription_id FROM pending UNION SELECT subscription_id FROM dead
+      UNION SELECT subscription_id FROM in_flight UNION SELECT subscription_id FROM blocked
+      UNION SELECT id FROM ${subscription}
+    )
+    SELECT ids.subscription_id, s.id IS NOT NULL AS known, s.name, s.state, s.tenant,
+           extract(epoch FROM now() - p.oldest) AS lag_seconds,
+           coalesce(p.pending, 0) AS pending, coalesce(p.struggling, 0) AS struggling,
+           coalesce(d.dead, 0) AS dead, coalesce(f.in_flight, 0) AS in_flight, coalesce(b.blocked, 0) AS blocked
+    FROM ids
+    LEFT JOIN ${subscription} s ON s.id = ids.subscription_id
+    LEFT JOIN pending p ON p.subscription_id = ids.subscription_id
+    LEFT JOIN dead d ON d.subscription_id = ids.subscription_id
+    LEFT JOIN in_flight f ON f.subscription_id = ids.subscription_id
+    LEFT JOIN blocked b ON b.subscription_id = ids.subscription_id
+    ORDER BY ids.subscription_id <> ${IMPLICIT_SUBSCRIPTION_ID}::uuid, s.name COLLATE "C", ids.subscription_id`.execute(
+    db,
+  )
+  return rows
 }

@@ -2,7 +2,10 @@ import { sql } from 'kysely'
 import type { TransactionContext } from './sql-context.js'
 
 /**
- * Puts dead letters back to pending; returns the event ids it revived. Call it in a transaction of its own.
+ * Puts dead letters back to pending; returns each (event, subscription) it revived. Call it in a transaction of its
+ * own. An event id is revived in every subscription where it is dead, unless `subscriptionId` narrows it to one.
+ * Every lock and lane below is the (subscription, aggregate) of a revived row: another subscription's lane of the
+ * same aggregate is neither locked nor changed (only the aggregate's counter, which they share, is locked).
  *
  * Locks, in this order and each set in byte order of the key (`COLLATE "C"`, as `enqueueMany` sorts):
  * - the aggregates' COUNTER rows, which every enqueue of the aggregate holds until it commits. An enqueue that read
@@ -21,7 +24,7 @@ import type { TransactionContext } from './sql-context.js'
 export async function redriveDead(
   ctx: TransactionContext,
   request: { readonly eventIds: readonly string[] | 'all'; readonly subscriptionId?: string | undefined },
-): Promise<string[]> {
+): Promise<{ eventId: string; subscriptionId: string }[]> {
   const { db: trx, schema } = ctx
   const { eventIds, subscriptionId } = request
   const outbox = sql.id(schema, 'outbox')
@@ -60,7 +63,7 @@ export async function redriveDead(
     ORDER BY l.subscription_id, l.aggregate_type COLLATE "C", l.aggregate_id COLLATE "C"
     FOR UPDATE`.execute(trx)
   // A fresh snapshot, now that no enqueue of these aggregates is open: it sees every row they committed.
-  const { rows } = await sql<{ event_id: string }>`
+  const { rows } = await sql<{ event_id: string; subscription_id: string }>`
     WITH target AS (
       SELECT o.id, o.subscription_id, o.aggregate_type, o.aggregate_id FROM ${outbox} o
       WHERE o.status = 'dead' AND ${which} AND (o.subscription_id, o.aggregate_type, o.aggregate_id) IN (${chosen})
@@ -75,7 +78,7 @@ export async function redriveDead(
       SET status = 'pending', attempts = 0, first_failed_at = NULL, available_at = now(), dead_at = NULL
       FROM target t
       WHERE o.id = t.id
-      RETURNING o.event_id
+      RETURNING o.event_id, o.subscription_id
     ), resumed AS (
       UPDATE ${lane} l
       SET blocked_reason = NULL, blocked_at = NULL
@@ -97,6 +100,6 @@ export async function redriveDead(
       WHERE o.subscription_id = r.subscription_id AND o.aggregate_type = r.aggregate_type
         AND o.aggregate_id = r.aggregate_id AND o.status = 'pending' AND o.available_at = 'infinity'
     )
-    SELECT event_id FROM revived`.execute(trx)
-  return rows.map((row) => row.event_id)
+    SELECT event_id, subscription_id FROM revived`.execute(trx)
+  return rows.map((row) => ({ eventId: row.event_id, subscriptionId: row.subscription_id }))
 }

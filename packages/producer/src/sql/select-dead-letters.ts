@@ -5,6 +5,10 @@ import type { SqlContext } from './sql-context.js'
 export interface DeadLetterRow {
   id: string
   event_id: string
+  subscription_id: string
+  /** Null when the subscription is stored without a name, or was deleted while its dead letters were left. */
+  subscription_name: string | null
+  tenant: string | null
   aggregate_type: string
   aggregate_id: string
   sequence: string
@@ -21,7 +25,9 @@ export interface DeadLetterRow {
 
 /**
  * Lists dead letters oldest first, keyset-paginated on `(dead_at, id)` so pages stay stable while new dead letters
- * arrive; served by the partial index on `dead_at`.
+ * arrive; served by the partial index on `dead_at`. `id` is the row's, and a row is one event's delivery to one
+ * subscription: an event dead in two subscriptions is two rows with two ids, so the cursor never skips or repeats
+ * either. `subscriptionId` narrows the list to one subscription's dead letters.
  *
  * Why the cursor carries `dead_at` as microsecond text: a JavaScript Date keeps milliseconds, so a cursor built
  * from it sorts BEFORE the row it came from and the next page would repeat that row forever.
@@ -31,37 +37,48 @@ export async function selectDeadLetters(
   page: {
     readonly limit: number
     readonly after?: { readonly deadAt: string; readonly id: string } | undefined
+    readonly subscriptionId?: string | undefined
   },
 ): Promise<DeadLetterRow[]> {
-  const { limit, after } = page
+  const { limit, after, subscriptionId } = page
   let query = ctx.db
     .withSchema(ctx.schema)
-    .selectFrom('outbox')
+    .selectFrom('outbox as o')
+    // A LEFT join: dead letters of a deleted subscription are still listed (and redrivable), without a name.
+    .leftJoin('outbox_subscription as s', 's.id', 'o.subscription_id')
     .select([
-      'id',
-      'event_id',
-      'aggregate_type',
-      'aggregate_id',
-      'sequence',
-      'event_type',
-      'attempts',
-      'last_status',
-      'last_error',
-      'last_attempt_at',
-      'created_at',
-      'dead_at',
-      sql<string>`to_char(dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as('dead_at_cursor'),
+      'o.id',
+      'o.event_id',
+      'o.subscription_id',
+      's.name as subscription_name',
+      'o.tenant',
+      'o.aggregate_type',
+      'o.aggregate_id',
+      'o.sequence',
+      'o.event_type',
+      'o.attempts',
+      'o.last_status',
+      'o.last_error',
+      'o.last_attempt_at',
+      'o.created_at',
+      'o.dead_at',
+      sql<string>`to_char(o.dead_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')`.as(
+        'dead_at_cursor',
+      ),
     ])
     // A literal, as the partial index on dead rows is written: its predicate is then provable in any plan.
-    .where('status', '=', sql.lit('dead'))
+    .where('o.status', '=', sql.lit('dead'))
+  if (subscriptionId !== undefined) {
+    query = query.where('o.subscription_id', '=', sql`${subscriptionId}::uuid`)
+  }
   if (after) {
     query = query.where((eb) =>
       eb(
-        eb.refTuple('dead_at', 'id'),
+        eb.refTuple('o.dead_at', 'o.id'),
         '>',
         eb.tuple(sql`${after.deadAt}::timestamptz`, sql`${after.id}::bigint`),
       ),
     )
   }
-  return (await query.orderBy('dead_at').orderBy('id').limit(limit).execute()) as DeadLetterRow[]
+  return (await query.orderBy('o.dead_at').orderBy('o.id').limit(limit).execute()) as DeadLetterRow[]
 }
