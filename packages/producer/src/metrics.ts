@@ -45,6 +45,7 @@ export class RelayMetrics {
   private constructor(
     private readonly deliveries: Counter,
     private readonly latency: Histogram,
+    private readonly transitions: Counter,
   ) {}
 
   /** Creates (or reuses, when a relay is created twice on one registry) the metrics. */
@@ -77,6 +78,14 @@ export class RelayMetrics {
         registers: [register],
       })
 
+    const transitions =
+      existing<Counter>('endpoint_transitions_total') ??
+      new client.Counter({
+        name: `${prefix}endpoint_transitions_total`,
+        help: 'Endpoint breaker transitions this relay made, by subscription (its name) and state entered (open, probing, closed).',
+        labelNames: ['subscription', 'to'],
+        registers: [register],
+      })
     let cached: { at: number; value: Promise<OutboxStats> } | undefined
     const read = () => {
       if (!cached || performance.now() - cached.at > STATS_CACHE_MS) {
@@ -96,6 +105,16 @@ export class RelayMetrics {
       ['dead', 'dead', 'Dead-lettered events.'],
       ['blocked', 'blocked', "Lanes parked by a 409 or by onExhausted: 'block'."],
     ]
+    if (!existing('endpoints_open')) {
+      new client.Gauge({
+        name: `${prefix}endpoints_open`,
+        help: 'Stored subscriptions whose endpoint breaker is open or probing.',
+        registers: [register],
+        async collect() {
+          this.set((await read()).subscriptions.filter((sub) => sub.breaker !== 'closed').length)
+        },
+      })
+    }
     for (const [key, name, help] of gauges) {
       if (existing(name)) continue
       new client.Gauge({
@@ -107,7 +126,7 @@ export class RelayMetrics {
         },
       })
     }
-    return new RelayMetrics(deliveries, latency)
+    return new RelayMetrics(deliveries, latency, transitions)
   }
 
   /** Feeds the counters and the histogram from a relay's own events. */
@@ -121,6 +140,11 @@ export class RelayMetrics {
     events.on('lane:blocked', (event) => {
       if (event.reason === 'conflict') this.count(event.subscriptionName, 'conflict', 409)
     })
+    events.on('endpoint:opened', (event) => this.transitions.inc({ subscription: event.name, to: 'open' }))
+    events.on('endpoint:probing', (event) =>
+      this.transitions.inc({ subscription: event.name, to: 'probing' }),
+    )
+    events.on('endpoint:closed', (event) => this.transitions.inc({ subscription: event.name, to: 'closed' }))
   }
 
   /** Counts one request's outcome for a subscription (its name). */

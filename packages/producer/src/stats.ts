@@ -30,6 +30,11 @@ export interface SubscriptionStats extends StatsFigures {
   readonly state: 'enabled' | 'disabled'
   /** The tenant whose events alone it receives; null when it receives every tenant's. */
   readonly tenant: string | null
+  /**
+   * Its endpoint's circuit breaker: `open` (no lane claimed until a probe), `probing` (one relay is sending the
+   * probe) or `closed`. Always `closed` for the implicit subscription, which has none.
+   */
+  readonly breaker: 'closed' | 'open' | 'probing'
 }
 
 /** A snapshot of the outbox's health, all plain numbers: totals over every subscription, then each one's share. */
@@ -100,10 +105,23 @@ export async function stats(
     const state = row.state === 'disabled' ? 'disabled' : 'enabled'
     const idle = share.pending === 0 && share.dead === 0 && share.blocked === 0
     if (row.subscription_id === IMPLICIT_SUBSCRIPTION_ID && state === 'disabled' && idle) continue
-    const entry = { id: row.subscription_id, name: row.name, state, tenant: row.tenant, ...share } as const
+    const breaker = row.breaker ?? 'closed'
+    const entry = {
+      id: row.subscription_id,
+      name: row.name,
+      state,
+      tenant: row.tenant,
+      breaker,
+      ...share,
+    } as const
     subscriptions.push(entry)
     const warning = pausedSubscriptionWarning(entry)
     if (warning) warnings.push(warning)
+    if (breaker !== 'closed' && state === 'enabled') {
+      warnings.push(
+        `subscription ${entry.name ?? entry.id}: its endpoint's breaker is ${breaker} (failing); its ${share.pending} pending events wait for a probe to succeed`,
+      )
+    }
   }
   return { ...total, subscriptions, warnings }
 }

@@ -56,6 +56,7 @@ describe.concurrent('outbox stats', () => {
         name: 'default',
         state: 'enabled',
         tenant: null,
+        breaker: 'closed',
         ...EXPECTED,
         lagSeconds: printed.lagSeconds,
       },

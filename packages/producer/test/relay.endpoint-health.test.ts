@@ -1,5 +1,6 @@
 import { type Sink, type SinkAnswer, startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
+import { Registry } from 'prom-client'
 import { afterEach, beforeAll, describe, expect, it } from 'vitest'
 import {
   createSubscription,
@@ -14,8 +15,9 @@ import {
   type RelayEventMap,
   type RelayOptions,
   silentLogger,
+  stats,
 } from '../src/index.js'
-import { expectLanesLive, waitFor } from './support.js'
+import { expectLanesLive, metricValue, waitFor } from './support.js'
 
 const t = useTestDatabase()
 const sinks: Sink[] = []
@@ -75,7 +77,8 @@ describe('endpoint health', () => {
     await createSubscription(t.db, { url: up.url, name: 'health-up' })
     for (let n = 0; n < 3; n++) await Promise.all(['b1', 'b2', 'b3', 'b4'].map((lane) => publish(lane, n)))
     const breaker = { failures: 6, cooldownMs: 600_000 }
-    const first = relay({ endpointBreaker: breaker, concurrency: 4 })
+    const register = new Registry()
+    const first = relay({ endpointBreaker: breaker, concurrency: 4, metrics: { register } })
     const opened = collect([first], 'endpoint:opened')
     await first.start()
     await waitFor(() => opened.length === 1, 'the breaker to open')
@@ -91,6 +94,15 @@ describe('endpoint health', () => {
     expect(endpoint.breaker).toBe('open')
     // Lanes claimed before it opened fail too, and still count.
     expect(endpoint.failureStreak).toBeGreaterThanOrEqual(6)
+    // stats, its warnings and the metrics show it.
+    const snapshot = await stats(t.db)
+    expect(snapshot.subscriptions.find((sub) => sub.id === id)).toMatchObject({ breaker: 'open' })
+    expect(snapshot.warnings.join('\n')).toMatch(/subscription health-down: its endpoint's breaker is open/)
+    const text = await register.metrics()
+    expect(
+      metricValue(text, 'outbox_endpoint_transitions_total', '{subscription="health-down",to="open"}'),
+    ).toBe(1)
+    expect(metricValue(text, 'outbox_endpoints_open')).toBe(1)
     // Every relay, including one started now, leaves it alone until the cool-down ends: no attempt is burned.
     const requestsWhenOpened = down.requests.length
     await publish('b5')

@@ -5,14 +5,9 @@ import { sql } from 'kysely'
 import { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
 import { Relay, silentLogger, stats } from '../src/index.js'
-import { seedEvents, storeSubscriptions } from './support.js'
+import { metricValue, seedEvents, storeSubscriptions } from './support.js'
 
 const t = useTestDatabase()
-
-function metricValue(text: string, name: string, labels = ''): number | undefined {
-  const line = text.split('\n').find((one) => one.startsWith(`${name}${labels} `))
-  return line === undefined ? undefined : Number(line.split(' ')[1])
-}
 
 describe('Prometheus metrics', () => {
   it('a metrics endpoint exposes delivery counters, the latency histogram and gauges with the right values', async () => {

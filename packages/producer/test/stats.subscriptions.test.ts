@@ -114,11 +114,11 @@ describe('stats per subscription', () => {
       expect(lines[1]).toMatch(/^pending\s+7\s/)
       expect(lines[6]).toBe('')
       expect(lines[7]).toMatch(
-        /^SUBSCRIPTION\s+STATE\s+TENANT\s+LAG\s+PENDING\s+IN FLIGHT\s+STRUGGLING\s+DEAD\s+BLOCKED$/,
+        /^SUBSCRIPTION\s+STATE\s+BREAKER\s+TENANT\s+LAG\s+PENDING\s+IN FLIGHT\s+STRUGGLING\s+DEAD\s+BLOCKED$/,
       )
-      expect(lines[8]).toMatch(/^default\s+disabled\s+-\s+0s\s+0\s+0\s+0\s+1\s+0$/)
-      expect(lines[9]).toMatch(/^a\s+enabled\s+-\s+\S+\s+5\s+1\s+1\s+0\s+0$/)
-      expect(lines[10]).toMatch(/^b\s+disabled\s+acme\s+5m 0\ds\s+2\s+0\s+0\s+1\s+1$/)
+      expect(lines[8]).toMatch(/^default\s+disabled\s+closed\s+-\s+0s\s+0\s+0\s+0\s+1\s+0$/)
+      expect(lines[9]).toMatch(/^a\s+enabled\s+closed\s+-\s+\S+\s+5\s+1\s+1\s+0\s+0$/)
+      expect(lines[10]).toMatch(/^b\s+disabled\s+closed\s+acme\s+5m 0\ds\s+2\s+0\s+0\s+1\s+1$/)
       expect(text.stderr).toBe(
         'warning: disabled subscription b holds 2 pending events; they pin pruning: enable or delete it\n',
       )

@@ -106,3 +106,9 @@ export async function storeSubscriptions(
   }
   return ids
 }
+
+/** A sample's value in a Prometheus text exposition (`labels` as written, e.g. `{to="open"}`), or undefined. */
+export function metricValue(text: string, name: string, labels = ''): number | undefined {
+  const line = text.split('\n').find((one) => one.startsWith(`${name}${labels} `))
+  return line === undefined ? undefined : Number(line.split(' ')[1])
+}

@@ -57,6 +57,7 @@ function subscriptionTable(snapshot: OutboxStats): string[] {
   const header = [
     'SUBSCRIPTION',
     'STATE',
+    'BREAKER',
     'TENANT',
     'LAG',
     'PENDING',
@@ -72,6 +73,7 @@ function subscriptionTable(snapshot: OutboxStats): string[] {
       ...rows.map((sub) => [
         sub.name ?? sub.id,
         sub.state,
+        sub.breaker,
         sub.tenant ?? '-',
         formatSeconds(sub.lagSeconds),
         String(sub.pending),

@@ -12,6 +12,8 @@ export interface SubscriptionStatsRow {
   name: string | null
   state: string | null
   tenant: string | null
+  /** 'closed', 'open' or 'probing'; null for an unknown subscription. */
+  breaker: 'closed' | 'open' | 'probing' | null
   lag_seconds: number | string | null
   pending: string
   struggling: string
@@ -63,6 +65,8 @@ export async function readStats(
       UNION SELECT id FROM ${subscription}
     )
     SELECT ids.subscription_id, s.id IS NOT NULL AS known, s.name, s.state, s.tenant,
+           CASE WHEN s.breaker_state = 'open' AND s.probe_token IS NOT NULL AND s.probe_at > now() THEN 'probing'
+                ELSE s.breaker_state END AS breaker,
            extract(epoch FROM now() - p.oldest) AS lag_seconds,
            coalesce(p.pending, 0) AS pending, coalesce(p.struggling, 0) AS struggling,
            coalesce(d.dead, 0) AS dead, coalesce(f.in_flight, 0) AS in_flight, coalesce(b.blocked, 0) AS blocked
