@@ -14,6 +14,7 @@ import { latency } from './cases/latency.js'
 import { pruneUnderLoad } from './cases/prune-under-load.js'
 import { relayThroughput } from './cases/relay-throughput.js'
 import { slowEndpoint } from './cases/slow-endpoint.js'
+import { subscriptions } from './cases/subscriptions.js'
 import type { BenchContext } from './support/context.js'
 import { BenchDatabases } from './support/databases.js'
 import { type CaseResult, renderTable } from './support/report.js'
@@ -31,6 +32,7 @@ const CASES: Record<string, (ctx: BenchContext) => Promise<CaseResult>> = {
   'forged-flood': forgedFlood,
   'claim-at-scale': claimAtScale,
   'prune-under-load': pruneUnderLoad,
+  subscriptions,
 }
 
 const args = process.argv.slice(2)

@@ -1,5 +1,11 @@
 import { randomUUID } from 'node:crypto'
-import { enqueue, migrate } from '@outbox/producer'
+import {
+  createSubscription,
+  disableSubscription,
+  enqueue,
+  IMPLICIT_SUBSCRIPTION_ID,
+  migrate,
+} from '@outbox/producer'
 import { openKysely } from '@outbox/test-harness'
 import { type Kysely, sql } from 'kysely'
 import type { BenchContext } from '../support/context.js'
@@ -10,16 +16,37 @@ import {
   type Measurement,
   measurement,
 } from '../support/report.js'
-import { median, seededRandom } from '../support/stats.js'
+import { median, round, seededRandom } from '../support/stats.js'
 import { now } from '../support/timing.js'
 
-type Variant = 'without enqueue' | 'enqueue, NOTIFY on' | 'enqueue, NOTIFY off' | 'bare INSERT of the event'
+type Variant =
+  | 'without enqueue'
+  | 'enqueue, NOTIFY on'
+  | 'enqueue, NOTIFY off'
+  | 'bare INSERT of the event'
+  | 'enqueue, 1 subscription'
+  | 'enqueue, 10 subscriptions'
 const VARIANTS: readonly Variant[] = [
   'without enqueue',
   'enqueue, NOTIFY on',
   'enqueue, NOTIFY off',
   'bare INSERT of the event',
+  'enqueue, 1 subscription',
+  'enqueue, 10 subscriptions',
 ]
+
+/**
+ * Where each enqueue variant writes: the implicit subscription alone (today's single `endpoint`) in `public`, and
+ * in two more schemas of the same database, the implicit subscription disabled and 1 or 10 stored subscriptions
+ * that all take every event. Routing is read from the schema's subscription table at every enqueue, so schemas are
+ * how the variants share one database and one pool and still take turns block by block.
+ */
+const SCHEMAS: Partial<Record<Variant, { readonly schema: string; readonly subscriptions: number }>> = {
+  'enqueue, 1 subscription': { schema: 'subs_1', subscriptions: 1 },
+  'enqueue, 10 subscriptions': { schema: 'subs_10', subscriptions: 10 },
+}
+const SINGLE: Variant = 'enqueue, 1 subscription'
+const TEN: Variant = 'enqueue, 10 subscriptions'
 
 /** Blocks per variant and run: the variants take turns in blocks, so a drift in commit latency hits them all. */
 const BLOCKS = 8
@@ -51,7 +78,7 @@ async function placeOrder(db: Kysely<any>, variant: Variant, customer: string, c
         eventType: 'order.created',
         payload: { order_id: id, customer_id: customer, total_cents: cents },
       },
-      { notify: variant === 'enqueue, NOTIFY on' },
+      { notify: variant === 'enqueue, NOTIFY on', schema: SCHEMAS[variant]?.schema ?? 'public' },
     )
   })
 }
@@ -83,6 +110,9 @@ async function drive(db: Kysely<any>, variant: Variant, connections: number, tot
  * (rotating order), and a variant's rate is its transactions over its blocks' time: at one connection every
  * variant is a string of durable commits, and their latency drifts (2× between whole-variant runs was measured),
  * which one long block per variant turned into a difference between variants.
+ *
+ * Fan-out happens at enqueue (one outbox row and one lane per matching subscription, migration 0008), so enqueue
+ * also runs with 1 and 10 stored subscriptions matching (the implicit one disabled), beside the implicit one alone.
  */
 export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
   const perConnections = ctx.quick ? { 1: 100, 8: 240 } : { 1: 2000, 8: 6000 }
@@ -97,6 +127,14 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
     )
     await sql`CREATE TABLE bare_events (event_id uuid NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL,
       payload jsonb NOT NULL)`.execute(db)
+    for (const { schema, subscriptions } of Object.values(SCHEMAS)) {
+      await migrate(db, { schema })
+      await disableSubscription(db, IMPLICIT_SUBSCRIPTION_ID, { schema })
+      // Nothing delivers in this case: the URLs are never called.
+      for (let i = 0; i < subscriptions; i++) {
+        await createSubscription(db, { url: `https://subscriber-${i}.example/hooks` }, { schema })
+      }
+    }
     await db.destroy()
     for (let run = 0; run < ctx.runs; run++) {
       const name = await ctx.databases.create('run', template)
@@ -104,8 +142,11 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
         for (const connections of [1, 8] as const) {
           const pool = openKysely(ctx.databases.url(name), { max: connections })
           try {
-            // Warm the pool and the plan caches so the first variant pays no connection setup.
-            await drive(pool, 'enqueue, NOTIFY off', connections, connections * 20, ctx.seed)
+            // Warm the pool and the plan caches (each schema's functions have their own) so the first variant pays no
+            // connection setup.
+            for (const variant of ['enqueue, NOTIFY off', SINGLE, TEN] as const) {
+              await drive(pool, variant, connections, connections * 20, ctx.seed)
+            }
             const perBlock = Math.ceil(perConnections[connections] / BLOCKS)
             const seconds = new Map<Variant, number>()
             for (let block = 0; block < BLOCKS; block++) {
@@ -148,7 +189,8 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
     }
     const rate = (variant: Variant) => median(rates.get(`${variant}, ${connections} conn`)!)
     for (const variant of VARIANTS.slice(1)) {
-      const target = connections === 1 && variant !== 'bare INSERT of the event' ? { max: 1.5 } : {}
+      const target =
+        connections === 1 && (variant.startsWith('enqueue, NOTIFY') || variant === SINGLE) ? { max: 1.5 } : {}
       comparisons.push(
         compare(`cost: ${variant}, ${connections} conn`, rate('without enqueue'), rate(variant), target),
       )
@@ -163,6 +205,31 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
         ),
       )
     }
+    // One stored subscription against the implicit one alone: the same rows, so this should stay at 1×.
+    comparisons.push(
+      compare(
+        `1 subscription ÷ implicit only, ${connections} conn`,
+        rate('enqueue, NOTIFY off'),
+        rate(SINGLE),
+      ),
+    )
+    // Each further matching subscription: (cost with 10 − cost with 1) ÷ 9, in units of the bare transaction.
+    const extra = (rate('without enqueue') / rate(TEN) - rate('without enqueue') / rate(SINGLE)) / 9
+    comparisons.push({
+      label: `cost per extra subscription, ${connections} conn`,
+      ratio: round(extra),
+      target: 'reported',
+      met: null,
+    })
+    // The same in time per transaction, from each run's own rates (medians over runs).
+    const runsOf = (variant: Variant) => rates.get(`${variant}, ${connections} conn`)!
+    measurements.push(
+      measurement(
+        `per extra subscription, ${connections} conn`,
+        'µs/tx',
+        runsOf(TEN).map((ten, run) => ((1e6 / ten - 1e6 / runsOf(SINGLE)[run]!) / 9) * connections),
+      ),
+    )
   }
   return {
     id: 'enqueue-overhead',
@@ -172,6 +239,8 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
     notes: [
       'cost = tx/s without enqueue ÷ tx/s with it (time per transaction, with ÷ without)',
       `variants take turns in ${BLOCKS} blocks per run; bare INSERT = the event row into a table with no index (the floor)`,
+      'n subscription(s) = NOTIFY off, the implicit subscription disabled and n stored ones taking every event (one outbox row and one lane each), in their own schema of the same database; "enqueue, NOTIFY off" is the implicit subscription alone (the endpoint)',
+      "per extra subscription = (time per transaction with 10 − with 1) ÷ 9, from each run's rates; at 8 connections × 8 (8 transactions in flight): the latency it adds to each one",
     ],
     seconds: 0,
   }
