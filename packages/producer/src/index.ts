@@ -75,6 +75,8 @@ export {
   migrate,
   type OutboxCounterTable,
   type OutboxLaneTable,
+  type OutboxSubscriptionSecretTable,
+  type OutboxSubscriptionTable,
   type OutboxTable,
   PRODUCER_MIGRATION_TABLE,
   type ProducerDatabase,

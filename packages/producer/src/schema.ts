@@ -11,10 +11,14 @@ export type EventStatus = 'pending' | 'sent' | 'dead'
 /** Why a lane is parked: a 409 from the consumer, or an exhausted event under `onExhausted: 'block'`. */
 export type BlockedReason = 'conflict' | 'exhausted'
 
-/** The `outbox` table: one row per event. */
+/** The `outbox` table: one row per event and subscription it goes to (migration 0008). */
 export interface OutboxTable {
   id: Generated<string>
   event_id: string
+  /** The subscription this row delivers to: the nil uuid for the implicit `endpoint` subscription. */
+  subscription_id: ColumnType<string, string | undefined, string>
+  /** The tenant the event was enqueued for; null without one. */
+  tenant: string | null
   aggregate_type: string
   aggregate_id: string
   sequence: ColumnType<string, number, number>
@@ -45,8 +49,12 @@ export interface OutboxCounterTable {
   last_sequence: ColumnType<string, number, number>
 }
 
-/** The lane row of an aggregate: who holds it (claim token + lease) and whether it is parked. Never pruned. */
+/**
+ * The lane row of a subscription's aggregate: who holds it (claim token + lease) and whether it is parked. Pruned
+ * only with its subscription.
+ */
 export interface OutboxLaneTable {
+  subscription_id: ColumnType<string, string | undefined, string>
   aggregate_type: string
   aggregate_id: string
   claim_token: string | null
@@ -61,11 +69,48 @@ export interface OutboxLaneTable {
   started_token: string | null
 }
 
+/** A webhook destination (migrations 0008 and 0009); read it through `listSubscriptions`. */
+export interface OutboxSubscriptionTable {
+  id: Generated<string>
+  name: string | null
+  url: string | null
+  tenant: string | null
+  event_types: string[] | null
+  state: ColumnType<'enabled' | 'disabled', 'enabled' | 'disabled' | undefined, 'enabled' | 'disabled'>
+  disabled_reason: string | null
+  disabled_at: Date | null
+  on_exhausted: 'skip' | 'block' | null
+  max_in_flight: number | null
+  retry_schedule: string[] | null
+  request_timeout_ms: number | null
+  created_at: ColumnType<Date, Date | undefined, Date>
+  updated_at: ColumnType<Date, Date | undefined, Date>
+  breaker_state: ColumnType<'closed' | 'open', 'closed' | 'open' | undefined, 'closed' | 'open'>
+  failure_streak: ColumnType<number, number | undefined, number>
+  streak_started_at: Date | null
+  breaker_opened_at: Date | null
+  breaker_cooldown_ms: string | null
+  probe_at: Date | null
+  probe_token: string | null
+  throttled_until: Date | null
+}
+
+/** A subscription's signing secret; the one without `expires_at` is current. Never returned by the API. */
+export interface OutboxSubscriptionSecretTable {
+  id: Generated<string>
+  subscription_id: string
+  secret: string
+  created_at: ColumnType<Date, Date | undefined, Date>
+  expires_at: Date | null
+}
+
 /** The producer tables, for typing a `Kysely` instance. */
 export interface ProducerDatabase {
   outbox: OutboxTable
   outbox_counter: OutboxCounterTable
   outbox_lane: OutboxLaneTable
+  outbox_subscription: OutboxSubscriptionTable
+  outbox_subscription_secret: OutboxSubscriptionSecretTable
 }
 
 /** Name of the producer's own migration table (the consumer and the application keep theirs apart). */
