@@ -1,18 +1,26 @@
 /**
- * `pnpm demo`: the orders example end to end, against a subscriber that fails on purpose, with the guarantee
- * checked at the end.
+ * `pnpm demo`: the orders example end to end, against two subscribers that fail on purpose — one of them
+ * badly, and slowly — with the guarantee checked at the end for each.
  *
- * It starts PostgreSQL (embedded, or scratch databases on DATABASE_URL), the orders service, the subscriber
- * and relays — the same code as orders-service.ts, subscriber.ts and relay.ts run alone — then places orders
- * many at a time and walks each through its status changes. The subscriber answers some webhooks with 500 and
- * cuts off the answer to others after committing, so retries and duplicates really happen; a retry schedule
- * in milliseconds keeps the run to seconds. When every event is delivered it compares both databases and
- * prints a summary. Exit 0 only if nothing was lost and nothing was applied out of order. Everything started
+ * It starts PostgreSQL (embedded, or scratch databases on DATABASE_URL), the orders service, two subscribers
+ * (`billing` and `analytics`, the same app on a database each) with a stored subscription each, and relays
+ * serving both subscriptions — the same code as orders-service.ts, subscriber.ts and relay.ts run alone — then
+ * places orders many at a time and walks each through its status changes. The subscribers answer some webhooks
+ * with 500 and cut off the answer to others after committing, so retries and duplicates really happen;
+ * `analytics` fails far more often and answers late. Retry schedules in milliseconds keep the run to seconds.
+ * When every event is delivered it compares the orders database with each subscriber's and prints a summary.
+ * Exit 0 only if neither subscriber lost an event or applied one out of order. Everything started
  * here is stopped in every case: success, failure and Ctrl-C. `pnpm demo --help` lists the options.
  */
-import { randomBytes } from 'node:crypto'
 import type { Logger as ConsumerLogger } from '@outbox/consumer'
-import { type Relay, type Logger as RelayLogger, stats } from '@outbox/producer'
+import {
+  createSubscription,
+  disableSubscription,
+  IMPLICIT_SUBSCRIPTION_ID,
+  type Relay,
+  type Logger as RelayLogger,
+  stats,
+} from '@outbox/producer'
 import express from 'express'
 import type { Kysely } from 'kysely'
 import { connect } from './database.js'
@@ -22,6 +30,7 @@ import { type DemoFlags, parseDemoFlags, USAGE, UsageError } from './demo/flags.
 import { type PlaceOrdersProgress, placeOrders } from './demo/place-orders.js'
 import { ProgressLine } from './demo/progress-line.js'
 import { seededRandom } from './demo/random.js'
+import { RETRY_SCHEDULE_MS, type SubscriberProfile, subscriberProfiles } from './demo/subscriber-profiles.js'
 import { type DeliveryCounts, failures, formatSummary, type Summary, summarize } from './demo/summary.js'
 import { createOrdersApp, migrateOrders, type OrdersDatabase } from './orders-service.js'
 import { createRelay } from './relay.js'
@@ -29,12 +38,14 @@ import { serve } from './serve.js'
 import { signalExitCode } from './shutdown.js'
 import { createSubscriberApp, migrateSubscriber, type SubscriberDatabase } from './subscriber.js'
 
-/** Milliseconds instead of the production schedule's seconds to hours: 11 attempts within about 3 s. */
-const RETRY_SCHEDULE_MS = [5, 10, 20, 40, 80, 160, 320, 640, 1_000, 1_000]
 /** Orders each relay delivers at once: with a thousand orders in flight, more lanes mean less waiting. */
 const RELAY_CONCURRENCY = 64
-/** Connections of the subscriber's pool: each webhook holds one for its transaction. */
-const SUBSCRIBER_POOL = 32
+/**
+ * Connections of each subscriber's pool: each webhook holds one for its transaction. Two subscribers at 16 keep
+ * the run at about 75 connections in all (orders 20, relays 2 × 10 + LISTEN, subscribers), well below
+ * PostgreSQL's default `max_connections` of 100 on a server the demo may share (DATABASE_URL).
+ */
+const SUBSCRIBER_POOL = 16
 /** How often an idle relay looks for due retries (NOTIFY wakes it for new events). */
 const POLL_INTERVAL_MS = 50
 /** Orders the simulated clients have in progress at once. */
@@ -127,6 +138,18 @@ function describeFields(fields: Record<string, unknown> | undefined): string {
   return parts.length > 0 ? ` (${parts.join(', ')})` : ''
 }
 
+/** One subscriber of a run: its service, database, subscription and what happened to it. */
+interface RunningSubscriber {
+  readonly profile: SubscriberProfile
+  readonly db: Kysely<SubscriberDatabase>
+  readonly subscriptionId: string
+  readonly url: string
+  readonly faults: FaultCounts
+  readonly deliveries: DeliveryCounts
+  /** Rows of its timeline, sampled for the progress line. */
+  applied: number
+}
+
 /** Runs the demo; resolves with the summary, or undefined when interrupted. */
 async function runDemo(
   flags: DemoFlags,
@@ -136,19 +159,21 @@ async function runDemo(
   note: (message: string) => void,
 ): Promise<Summary | undefined> {
   const random = seededRandom(flags.seed)
+  const profiles = subscriberProfiles(flags)
   const eventsPerOrder = 1 + flags.updates
-  const percent = (rate: number) => `${Math.round(rate * 1000) / 10}%`
+  const retries = (schedule: readonly number[]) =>
+    `retried after ${schedule[0]} ms … ${schedule.at(-1)} ms (${schedule.length + 1} attempts), then dead-lettered`
   console.log(
-    `outbox demo: ${count(flags.orders)} orders × ${eventsPerOrder} events (order.created + ${flags.updates} order.updated) = ${count(flags.orders * eventsPerOrder)} events`,
+    `outbox demo: ${count(flags.orders)} orders × ${eventsPerOrder} events (order.created + ${flags.updates} order.updated) = ${count(flags.orders * eventsPerOrder)} events, each delivered to ${profiles.length} subscribers · seed ${flags.seed}`,
   )
+  for (const profile of profiles) {
+    console.log(`  ${profile.name} ${profile.behaviour}; ${retries(profile.retrySchedule)}`)
+  }
   console.log(
-    `  the subscriber fails ${percent(flags.failureRate)} of webhooks and drops ${percent(flags.dropRate)} of answers after committing · seed ${flags.seed}`,
-  )
-  console.log(
-    `  ${flags.relays} relay${flags.relays === 1 ? '' : 's'} with LISTEN · retries after ${RETRY_SCHEDULE_MS[0]} ms … ${RETRY_SCHEDULE_MS.at(-1)} ms (${RETRY_SCHEDULE_MS.length + 1} attempts), then dead letter`,
+    `  ${flags.relays} relay${flags.relays === 1 ? '' : 's'} with LISTEN, serving both subscriptions`,
   )
 
-  const databases = await openDemoDatabases()
+  const databases = await openDemoDatabases(profiles.map((profile) => profile.name))
   cleanup.add('PostgreSQL', () => databases.close())
   console.log(`${databases.description}: one database for each service`)
   if (signal.aborted) return undefined
@@ -158,32 +183,64 @@ async function runDemo(
   }
   const ordersDb = connect<OrdersDatabase>(databases.ordersUrl, { max: 20, onError: onPoolError })
   cleanup.add('orders database pool', () => ordersDb.destroy())
-  const subscriberDb = connect<SubscriberDatabase>(databases.subscriberUrl, {
-    max: SUBSCRIBER_POOL,
-    onError: onPoolError,
-  })
-  cleanup.add('subscriber database pool', () => subscriberDb.destroy())
   await migrateOrders(ordersDb)
-  await migrateSubscriber(subscriberDb)
+  // Events go to the stored subscriptions only: with the implicit one enabled, each event would also wait for
+  // a relay with an `endpoint`, which this run does not start.
+  await disableSubscription(ordersDb, IMPLICIT_SUBSCRIPTION_ID, {
+    reason: 'the demo serves stored subscriptions',
+  })
 
-  // Both sides hold the same Standard Webhooks secret; unsigned or tampered requests would be refused with
-  // 401.
-  const secret = `whsec_${randomBytes(24).toString('base64')}`
-  const consumerLogger: ConsumerLogger = {
-    debug: () => {},
-    info: () => {},
-    warn: (fields, message) => note(`subscriber: ${message}${describeFields(fields)}`),
-    error: (fields, message) => note(`subscriber: ${message}${describeFields(fields)}`),
+  const subscribers: RunningSubscriber[] = []
+  for (const [index, profile] of profiles.entries()) {
+    const db = connect<SubscriberDatabase>(databases.subscriberUrls.get(profile.name)!, {
+      max: SUBSCRIBER_POOL,
+      onError: onPoolError,
+    })
+    cleanup.add(`${profile.name} database pool`, () => db.destroy())
+    await migrateSubscriber(db)
+    // Listening first, on any free port, gives the URL the subscription needs; the subscription gives the secret
+    // the service needs. Express takes routes added after listen, and no event reaches it before the relays
+    // start.
+    const app = express()
+    const server = await serve(app, 0)
+    cleanup.add(profile.name, () => server.close(2_000))
+    const url = `${server.url}/hooks`
+    // A secret of its own, generated and returned once; requests signed otherwise are refused with 401.
+    const { id, secret } = await createSubscription(ordersDb, {
+      url,
+      name: profile.name,
+      retrySchedule: profile.retrySchedule,
+    })
+    const consumerLogger: ConsumerLogger = {
+      debug: () => {},
+      info: () => {},
+      warn: (fields, message) => note(`${profile.name}: ${message}${describeFields(fields)}`),
+      error: (fields, message) => note(`${profile.name}: ${message}${describeFields(fields)}`),
+    }
+    const faults: FaultCounts = { requests: 0, failed: 0, dropped: 0 }
+    app.post(
+      '/hooks',
+      injectFaults({
+        failureRate: profile.failureRate,
+        dropRate: profile.dropRate,
+        delayMs: profile.delayMs,
+        // A sequence of its own per subscriber, so one's choices do not shift with the other's traffic.
+        random: seededRandom(flags.seed + index + 1),
+        counts: faults,
+      }),
+    )
+    app.use(createSubscriberApp({ db, secret, logger: consumerLogger }))
+    subscribers.push({
+      profile,
+      db,
+      subscriptionId: id,
+      url,
+      faults,
+      deliveries: { attempts: 0, duplicates: 0, stale: 0, dead: 0 },
+      applied: 0,
+    })
   }
-  const faults: FaultCounts = { requests: 0, failed: 0, dropped: 0 }
-  const subscriberApp = express()
-  subscriberApp.post(
-    '/hooks',
-    injectFaults({ failureRate: flags.failureRate, dropRate: flags.dropRate, random, counts: faults }),
-  )
-  subscriberApp.use(createSubscriberApp({ db: subscriberDb, secret, logger: consumerLogger }))
-  const subscriber = await serve(subscriberApp, 0)
-  cleanup.add('subscriber', () => subscriber.close(2_000))
+  const bySubscription = new Map(subscribers.map((subscriber) => [subscriber.subscriptionId, subscriber]))
 
   const commits = new Map<string, number>()
   const orders = await serve(
@@ -195,7 +252,9 @@ async function runDemo(
     0,
   )
   cleanup.add('orders service', () => orders.close(2_000))
-  console.log(`orders service ${orders.url} · subscriber ${subscriber.url}/hooks`)
+  console.log(
+    `orders service ${orders.url} · ${subscribers.map((s) => `${s.profile.name} ${s.url}`).join(' · ')}`,
+  )
 
   const relayLogger: RelayLogger = {
     debug: () => {},
@@ -205,7 +264,7 @@ async function runDemo(
       if (!signal.aborted) note(`relay: ${message}${describeFields(fields)}`)
     },
   }
-  const deliveries: DeliveryCounts = { attempts: 0, duplicates: 0, stale: 0, dead: 0 }
+  const deliveriesOf = (subscriptionId: string) => bySubscription.get(subscriptionId)?.deliveries
   const relays: Relay[] = []
   const relayDbs: Kysely<OrdersDatabase>[] = []
   cleanup.add('relay database pools', () => Promise.all(relayDbs.map((db) => db.destroy())))
@@ -219,8 +278,9 @@ async function runDemo(
     const relay = createRelay({
       db: relayDb,
       databaseUrl: databases.ordersUrl,
-      endpoint: `${subscriber.url}/hooks`,
-      secret,
+      // No endpoint: every enabled stored subscription, each with its own URL, secret and retry schedule,
+      // sharing the relay's lanes evenly. Their URLs are on 127.0.0.1, which a relay refuses unless allowed.
+      allowPrivateNetworks: true,
       retrySchedule: RETRY_SCHEDULE_MS,
       concurrency: RELAY_CONCURRENCY,
       // A retry is due milliseconds after a failure; look for due work as often, not every 200 ms.
@@ -228,18 +288,27 @@ async function runDemo(
       logger: relayLogger,
     })
     relay.on('delivery:success', (delivered) => {
+      const deliveries = deliveriesOf(delivered.subscriptionId)
+      if (!deliveries) return
       deliveries.attempts += 1
       if (delivered.deliveryStatus === 'duplicate_ignored') deliveries.duplicates += 1
     })
-    relay.on('delivery:retry', () => {
-      deliveries.attempts += 1
+    relay.on('delivery:retry', (retried) => {
+      const deliveries = deliveriesOf(retried.subscriptionId)
+      if (deliveries) deliveries.attempts += 1
     })
-    relay.on('delivery:dead', () => {
+    relay.on('delivery:dead', (dead) => {
+      const deliveries = deliveriesOf(dead.subscriptionId)
+      if (!deliveries) return
       deliveries.attempts += 1
       deliveries.dead += 1
     })
-    relay.on('delivery:stale', () => {
-      deliveries.stale += 1
+    relay.on('delivery:stale', (stale) => {
+      const deliveries = deliveriesOf(stale.subscriptionId)
+      if (deliveries) deliveries.stale += 1
+    })
+    relay.on('subscription:skipped', (skipped) => {
+      note(`relay: subscription ${skipped.name} skipped: ${skipped.reason}`)
     })
     relays.push(relay)
     await relay.start()
@@ -247,35 +316,39 @@ async function runDemo(
   if (signal.aborted) return undefined
 
   const load: PlaceOrdersProgress = { ordersPlaced: 0, statusChanges: 0, errors: 0, errorSamples: [] }
-  let applied = 0
   let sampling = false
   const sampler = setInterval(() => {
     if (sampling) return
     sampling = true
-    subscriberDb
-      .selectFrom('order_timeline')
-      .select((eb) => eb.fn.countAll<string>().as('applied'))
-      .executeTakeFirst()
-      .then((row) => {
-        applied = Number(row?.applied ?? applied)
-      })
-      .catch(() => {})
-      .finally(() => {
-        sampling = false
-      })
+    Promise.all(
+      subscribers.map((subscriber) =>
+        subscriber.db
+          .selectFrom('order_timeline')
+          .select((eb) => eb.fn.countAll<string>().as('applied'))
+          .executeTakeFirst()
+          .then((row) => {
+            subscriber.applied = Number(row?.applied ?? subscriber.applied)
+          })
+          .catch(() => {}),
+      ),
+    ).finally(() => {
+      sampling = false
+    })
   }, 200)
   cleanup.add('progress sampler', async () => clearInterval(sampler))
 
   const started = performance.now()
   let phase = 'placing orders'
+  const percent = (rate: number) => `${Math.round(rate * 100)}%`
   progress.start(() =>
     [
       `${((performance.now() - started) / 1000).toFixed(1).padStart(5)} s  ${phase}`,
       `orders ${count(load.ordersPlaced)}/${count(flags.orders)}`,
-      `events ${count(commits.size)} committed, ${count(applied)} applied`,
-      `${count(deliveries.attempts)} attempts (${count(faults.failed)} failed, ${count(faults.dropped)} dropped)`,
-      `${count(deliveries.duplicates)} duplicates ignored`,
-      `${count(deliveries.dead)} dead`,
+      `${count(commits.size)} events committed`,
+      ...subscribers.map(({ profile, applied, deliveries, faults }) => {
+        const misbehaving = profile.delayMs ? ` (slow, failing ${percent(profile.failureRate)})` : ''
+        return `${profile.name}${misbehaving} ${count(applied)} applied, ${count(deliveries.attempts)} attempts (${count(faults.failed)} failed, ${count(faults.dropped)} dropped), ${count(deliveries.dead)} dead`
+      }),
     ].join(' · '),
   )
 
@@ -292,8 +365,9 @@ async function runDemo(
   )
   for (const sample of load.errorSamples) note(`orders service: ${sample}`)
 
-  // Every event is committed now; wait until none is pending (each one sent or dead-lettered). A slow machine
-  // only takes longer; the run gives up when deliveries stall: nothing sent or dead-lettered for --timeout.
+  // Every event is committed now; wait until none is pending for any subscription (each one sent or
+  // dead-lettered). A slow machine only takes longer; the run gives up when deliveries stall: nothing sent or
+  // dead-lettered for --timeout.
   phase = 'delivering'
   let stalled = false
   let lastPending = Number.POSITIVE_INFINITY
@@ -318,9 +392,13 @@ async function runDemo(
 
   return await summarize({
     ordersDb,
-    subscriberDb,
-    deliveries,
-    faults,
+    subscribers: subscribers.map((subscriber) => ({
+      name: subscriber.profile.name,
+      subscriptionId: subscriber.subscriptionId,
+      db: subscriber.db,
+      deliveries: subscriber.deliveries,
+      faults: subscriber.faults,
+    })),
     commits,
     clientErrors: load.errors,
     seconds,
@@ -402,8 +480,13 @@ async function main(): Promise<void> {
     console.log(formatSummary(summary))
     const reasons = failures(summary)
     if (reasons.length === 0) {
+      const { eventsCreated, subscribers } = summary
+      const names = subscribers.map((subscriber) => subscriber.name).join(' and ')
+      const extra = subscribers
+        .map((subscriber) => `${count(subscriber.attempts - eventsCreated)} to ${subscriber.name}`)
+        .join(', ')
       console.log(
-        `\nPASS: lost 0, out of order 0 — every committed event was applied exactly once and in order, through ${count(summary.attempts - summary.eventsCreated)} extra deliveries (failures and duplicates).`,
+        `\nPASS: lost 0, out of order 0 for ${names} — every committed event was applied exactly once and in order by each, through extra deliveries (failures and duplicates): ${extra}.`,
       )
       process.exitCode = 0
     } else {

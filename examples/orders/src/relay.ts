@@ -24,10 +24,18 @@ export interface RelaySettings {
    * The same database as a connection string, for the LISTEN connection (straight to PostgreSQL, no pooler).
    */
   readonly databaseUrl: string
-  /** The subscriber's webhook URL. */
-  readonly endpoint: string
-  /** Standard Webhooks secret(s), `whsec_…`: the subscriber must hold the same. */
+  /**
+   * The subscriber's webhook URL: the relay then serves the implicit subscription only. Without it, the relay
+   * serves every enabled stored subscription (`createSubscription`), each with its own URL and secret.
+   */
+  readonly endpoint?: string
+  /** Standard Webhooks secret(s), `whsec_…`, with `endpoint` only: the subscriber must hold the same. */
   readonly secret?: string | readonly string[]
+  /**
+   * Let stored subscriptions' URLs reach loopback and private addresses (the demo's subscribers listen on
+   * 127.0.0.1). Their URLs are refused there by default, as they may come from customers. @defaultValue false
+   */
+  readonly allowPrivateNetworks?: boolean
   /** Delays between attempts in ms. @defaultValue the library's: 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h */
   readonly retrySchedule?: readonly number[]
   /** Orders (lanes) delivered in parallel, one request each at a time. @defaultValue 16 */
@@ -46,6 +54,7 @@ export function createRelay({
   databaseUrl,
   endpoint,
   secret,
+  allowPrivateNetworks,
   retrySchedule,
   concurrency,
   pollIntervalMs,
@@ -55,8 +64,9 @@ export function createRelay({
   // #region relay
   const relay = new Relay({
     db, // the orders service's database: the outbox lives there
-    endpoint, // the subscriber's webhook URL
-    secret, // whsec_…: the subscriber verifies every request with the same secret
+    endpoint, // the subscriber's webhook URL; undefined: every stored subscription (createSubscription)
+    secret, // whsec_…: the subscriber verifies every request with the same secret (stored ones have their own)
+    allowPrivateNetworks, // true: stored subscriptions' URLs may be on loopback or a private network
     // Wake up at the NOTIFY each enqueue sends instead of at the next poll (polling stays, as the safety
     // net). LISTEN needs a session of its own: PostgreSQL itself, not a transaction-mode pooler.
     listen: { connectionString: databaseUrl },

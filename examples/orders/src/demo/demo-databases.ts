@@ -1,12 +1,13 @@
 import { type RunningPostgres, startPostgres, withDatabase } from '@outbox/test-harness'
 import pg from 'pg'
 
-/** The two databases of a demo run: one per service, as in production. */
+/** The databases of a demo run: one per service, as in production. */
 export interface DemoDatabases {
   /** e.g. `PostgreSQL 18.4, embedded on port 41234`. */
   readonly description: string
   readonly ordersUrl: string
-  readonly subscriberUrl: string
+  /** Each subscriber's own database, by the subscriber's name. */
+  readonly subscriberUrls: ReadonlyMap<string, string>
   /** Drops the scratch databases, or stops the embedded server and deletes its files. Safe to call twice. */
   close(): Promise<void>
 }
@@ -64,15 +65,28 @@ async function startEmbedded(): Promise<RunningPostgres> {
   }
 }
 
+/** Subscriber names become database names: keep them to what needs no quoting. */
+const SUBSCRIBER_NAME = /^[a-z][a-z0-9_]{0,30}$/
+
 /**
- * Opens the demo's databases: on `DATABASE_URL` when it is set (two scratch databases, dropped by `close`),
- * or on an embedded PostgreSQL started here (stopped and deleted by `close`).
+ * Opens the demo's databases — the orders service's and one for each of `subscribers` — on `DATABASE_URL`
+ * when it is set (scratch databases, dropped by `close`), or on an embedded PostgreSQL started here (stopped
+ * and deleted by `close`).
  */
-export async function openDemoDatabases(databaseUrl = process.env.DATABASE_URL): Promise<DemoDatabases> {
+export async function openDemoDatabases(
+  subscribers: readonly string[],
+  databaseUrl = process.env.DATABASE_URL,
+): Promise<DemoDatabases> {
+  for (const name of subscribers) {
+    if (!SUBSCRIBER_NAME.test(name))
+      throw new Error(`a subscriber name must match ${SUBSCRIBER_NAME}, got ${name}`)
+  }
   const server = databaseUrl ? undefined : await startEmbedded()
   const adminUrl = databaseUrl ?? server!.url()
   const suffix = databaseUrl ? `_${process.pid}` : ''
-  const names = { orders: `outbox_demo_orders${suffix}`, subscriber: `outbox_demo_subscriber${suffix}` }
+  const ordersName = `outbox_demo_orders${suffix}`
+  const subscriberNames = new Map(subscribers.map((name) => [name, `outbox_demo_${name}${suffix}`]))
+  const all = [ordersName, ...subscriberNames.values()]
   const admin = new pg.Client({ connectionString: adminUrl })
   admin.on('error', () => {}) // a server going away fails the next query, which is reported there
   const created: string[] = []
@@ -101,7 +115,7 @@ export async function openDemoDatabases(databaseUrl = process.env.DATABASE_URL):
   try {
     await admin.connect()
     const { rows } = await admin.query<{ server_version: string }>('SHOW server_version')
-    for (const name of [names.orders, names.subscriber]) {
+    for (const name of all) {
       await admin.query(`CREATE DATABASE ${name}`)
       created.push(name)
     }
@@ -109,9 +123,11 @@ export async function openDemoDatabases(databaseUrl = process.env.DATABASE_URL):
     return {
       description: server
         ? `${version}, embedded on port ${server.port}`
-        : `${version} from DATABASE_URL (scratch databases ${names.orders}, ${names.subscriber})`,
-      ordersUrl: withDatabase(adminUrl, names.orders),
-      subscriberUrl: withDatabase(adminUrl, names.subscriber),
+        : `${version} from DATABASE_URL (scratch databases ${all.join(', ')})`,
+      ordersUrl: withDatabase(adminUrl, ordersName),
+      subscriberUrls: new Map(
+        [...subscriberNames].map(([subscriber, name]) => [subscriber, withDatabase(adminUrl, name)]),
+      ),
       close,
     }
   } catch (error) {

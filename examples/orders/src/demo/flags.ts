@@ -20,26 +20,27 @@ export class UsageError extends Error {
 export const USAGE = `Usage: pnpm demo [options]
 
 Runs the orders example end to end: an orders service enqueues an event in the transaction of every change, relays
-deliver the events as signed webhooks to a subscriber that fails on purpose, and the run checks that every
-committed event was applied exactly once and, per order, in order.
+deliver the events as signed webhooks to two subscribers that fail on purpose — billing, and analytics, which fails
+far more often and answers late — and the run checks, for each, that every committed event was applied exactly
+once and, per order, in order.
 
 Options:
   --orders N          orders to create, many at a time (default 1000)
   --updates N         status changes per order after it is placed, 0 to 4: paid, packed, shipped,
                       delivered (default 3)
-  --failure-rate P    share of webhook requests the subscriber answers with HTTP 500 before doing
-                      anything (default 0.2)
+  --failure-rate P    share of webhook requests billing answers with HTTP 500 before doing anything
+                      (default 0.2); analytics fails 1 − (1 − P)³ of them: about 3 × P, at most 1
   --drop-rate P       share of webhook requests whose answer is dropped AFTER the subscriber committed:
-                      the relay sees a network error and sends the event again (default 0.05)
+                      the relay sees a network error and sends the event again (default 0.05, both)
   --seed N            seed of the random choices (default: a random one, printed, so a run can be repeated)
   --relays N          relays delivering side by side, 1 to 8 (default 2)
   --timeout S         give up when no event was delivered (or dead-lettered) for S seconds (default 60)
   -h, --help          show this help
 
-PostgreSQL: with DATABASE_URL set, the demo creates two scratch databases on that server (the role needs
+PostgreSQL: with DATABASE_URL set, the demo creates three scratch databases on that server (the role needs
 CREATEDB) and drops them afterwards; otherwise it starts an embedded PostgreSQL and removes it afterwards.
 
-Exit status: 0 when no event was lost and none was applied out of order (or twice); 1 otherwise; 2 for a usage
+Exit status: 0 when neither subscriber lost an event or applied one out of order (or twice); 1 otherwise; 2 for a usage
 error; 130 when interrupted (Ctrl-C). Everything it started is stopped in every case.`
 
 function number(

@@ -1,10 +1,10 @@
-import { checkIntegrity, stats } from '@outbox/producer'
+import { checkIntegrity } from '@outbox/producer'
 import { type Kysely, sql } from 'kysely'
 import type { OrdersDatabase } from '../orders-service.js'
 import type { SubscriberDatabase } from '../subscriber.js'
 import type { FaultCounts } from './faults.js'
 
-/** What the relays reported through their events, summed over all of them. */
+/** What the relays reported through their events for one subscription, summed over all relays. */
 export interface DeliveryCounts {
   /** Webhook requests made (each ends in success, retry or dead letter). */
   attempts: number
@@ -16,47 +16,73 @@ export interface DeliveryCounts {
   dead: number
 }
 
-/** The figures of one run; `lost`, `outOfOrder`, `appliedTwice` and `copiesDiffering` must be 0. */
-export interface Summary {
-  readonly ordersPlaced: number
-  /** Events committed in the orders database (the outbox rows). */
-  readonly eventsCreated: number
+/** One subscriber's figures; `lost`, `outOfOrder`, `appliedTwice` and `copiesDiffering` must be 0. */
+export interface SubscriberSummary {
+  readonly name: string
+  /** Webhook requests the relays made to it. */
   readonly attempts: number
   readonly failedOnPurpose: number
   readonly droppedAfterCommit: number
   readonly duplicatesIgnored: number
-  /** Distinct events the subscriber applied (rows of its timeline). */
+  /** Distinct events it applied (rows of its timeline). */
   readonly applied: number
+  /** Its subscription's outbox rows dead-lettered. */
   readonly deadLettered: number
   readonly stale: number
-  /** Events created − applied: committed events the subscriber never applied. */
+  /** Events created − applied: committed events this subscriber never applied. */
   readonly lost: number
   /** Events applied after a later event of the same order. */
   readonly outOfOrder: number
   /** Events applied more than once. */
   readonly appliedTwice: number
-  /** Orders whose status at the subscriber is not the orders service's. */
+  /** Orders whose status at this subscriber is not the orders service's. */
   readonly copiesDiffering: number
-  /** Lanes that break a liveness rule (`checkIntegrity`): an aggregate that could never move again. */
-  readonly stuckLanes: number
-  /** Milliseconds from the producer's COMMIT returning to the subscriber writing the change. */
+  /** Milliseconds from the producer's COMMIT returning to this subscriber writing the change. */
   readonly latencyP50Ms: number | undefined
   readonly latencyP99Ms: number | undefined
+}
+
+/** The figures of one run: what all subscribers share, then each one's. */
+export interface Summary {
+  readonly ordersPlaced: number
+  /** Distinct events committed in the orders database (each has one outbox row per subscription). */
+  readonly eventsCreated: number
+  /** Lanes that break a liveness rule (`checkIntegrity`), of any subscription: could never move again. */
+  readonly stuckLanes: number
   readonly seconds: number
   /** Requests the orders service did not answer with 2xx. */
   readonly clientErrors: number
+  readonly subscribers: readonly SubscriberSummary[]
+}
+
+/** What {@link summarize} reads about one subscriber. */
+export interface SubscriberInput {
+  readonly name: string
+  /** Its subscription's id (`createSubscription`). */
+  readonly subscriptionId: string
+  /** Its own database. */
+  readonly db: Kysely<SubscriberDatabase>
+  /** What the relays reported for its subscription. */
+  readonly deliveries: DeliveryCounts
+  readonly faults: FaultCounts
 }
 
 /** Everything {@link summarize} reads. */
 export interface SummaryInput {
   readonly ordersDb: Kysely<OrdersDatabase>
-  readonly subscriberDb: Kysely<SubscriberDatabase>
-  readonly deliveries: DeliveryCounts
-  readonly faults: FaultCounts
+  readonly subscribers: readonly SubscriberInput[]
   /** Event id → wall-clock milliseconds when its transaction's COMMIT returned. */
   readonly commits: ReadonlyMap<string, number>
   readonly clientErrors: number
   readonly seconds: number
+}
+
+/**
+ * The outbox column that says which subscription a row is for (migration 0008). The producer's exported table
+ * types do not list it yet, so it is declared here for the one query that groups by it.
+ */
+type SubscriptionColumn = {
+  outbox: { subscription_id: string }
 }
 
 /** The nearest-rank percentile of sorted values. */
@@ -66,17 +92,58 @@ function percentile(sorted: readonly number[], p: number): number | undefined {
 }
 
 /**
- * Checks the run against both databases: every committed event (the producer's outbox) against what the
+ * Checks the run against the databases: every committed event (the producer's outbox) against what each
  * subscriber applied (its timeline, written in the same transaction as each change), and every order against
- * the subscriber's copy of it. Nothing here trusts the relay's or the consumer's own bookkeeping.
+ * each subscriber's copy of it. Nothing here trusts the relay's or the consumer's own bookkeeping. Every
+ * subscription wants every event, so an event a subscriber did not apply is lost to it, whether it was never
+ * delivered or never recorded for its subscription.
  */
 export async function summarize(input: SummaryInput): Promise<Summary> {
-  const { ordersDb, subscriberDb } = input
-  const created = await ordersDb.selectFrom('outbox').select('event_id').execute()
-  const { dead } = await stats(ordersDb)
+  const { ordersDb } = input
+  const created = await ordersDb.selectFrom('outbox').select('event_id').distinct().execute()
+  const deadRows = await ordersDb
+    .withTables<SubscriptionColumn>()
+    .selectFrom('outbox')
+    .select(['subscription_id', (eb) => eb.fn.countAll<string>().as('dead')])
+    .where('status', '=', 'dead')
+    .groupBy('subscription_id')
+    .execute()
+  const deadBySubscription = new Map(deadRows.map((row) => [row.subscription_id, Number(row.dead)]))
   const integrity = await checkIntegrity(ordersDb)
   const orders = await ordersDb.selectFrom('orders').select(['id', 'status']).execute()
-  const timeline = await subscriberDb
+
+  const subscribers: SubscriberSummary[] = []
+  for (const subscriber of input.subscribers) {
+    subscribers.push(
+      await summarizeSubscriber(subscriber, {
+        created,
+        orders,
+        commits: input.commits,
+        deadLettered: deadBySubscription.get(subscriber.subscriptionId) ?? 0,
+      }),
+    )
+  }
+  return {
+    ordersPlaced: orders.length,
+    eventsCreated: created.length,
+    stuckLanes: new Set(integrity.violations.map((v) => `${v.aggregateType}:${v.aggregateId}`)).size,
+    seconds: input.seconds,
+    clientErrors: input.clientErrors,
+    subscribers,
+  }
+}
+
+/** One subscriber's figures, from its own database and what the orders database holds. */
+async function summarizeSubscriber(
+  subscriber: SubscriberInput,
+  producer: {
+    readonly created: readonly { event_id: string }[]
+    readonly orders: readonly { id: string; status: string }[]
+    readonly commits: ReadonlyMap<string, number>
+    readonly deadLettered: number
+  },
+): Promise<SubscriberSummary> {
+  const timeline = await subscriber.db
     .selectFrom('order_timeline')
     .select([
       'event_id',
@@ -86,7 +153,7 @@ export async function summarize(input: SummaryInput): Promise<Summary> {
     ])
     .orderBy('id')
     .execute()
-  const copies = await subscriberDb.selectFrom('order_copies').select(['order_id', 'status']).execute()
+  const copies = await subscriber.db.selectFrom('order_copies').select(['order_id', 'status']).execute()
 
   const appliedAt = new Map<string, number>()
   const lastSequence = new Map<string, number>()
@@ -103,88 +170,120 @@ export async function summarize(input: SummaryInput): Promise<Summary> {
   }
   let lost = 0
   const latencies: number[] = []
-  for (const { event_id } of created) {
+  for (const { event_id } of producer.created) {
     const applied = appliedAt.get(event_id)
     if (applied === undefined) {
       lost += 1
       continue
     }
-    const committed = input.commits.get(event_id)
+    const committed = producer.commits.get(event_id)
     if (committed !== undefined) latencies.push(Math.max(0, applied - committed))
   }
   latencies.sort((a, b) => a - b)
   const copyStatus = new Map(copies.map((copy) => [copy.order_id, copy.status]))
-  const copiesDiffering = orders.filter((order) => copyStatus.get(order.id) !== order.status).length
+  const copiesDiffering = producer.orders.filter((order) => copyStatus.get(order.id) !== order.status).length
 
   return {
-    ordersPlaced: orders.length,
-    eventsCreated: created.length,
-    attempts: input.deliveries.attempts,
-    failedOnPurpose: input.faults.failed,
-    droppedAfterCommit: input.faults.dropped,
-    duplicatesIgnored: input.deliveries.duplicates,
+    name: subscriber.name,
+    attempts: subscriber.deliveries.attempts,
+    failedOnPurpose: subscriber.faults.failed,
+    droppedAfterCommit: subscriber.faults.dropped,
+    duplicatesIgnored: subscriber.deliveries.duplicates,
     applied: appliedAt.size,
-    deadLettered: dead,
-    stale: input.deliveries.stale,
+    deadLettered: producer.deadLettered,
+    stale: subscriber.deliveries.stale,
     lost,
     outOfOrder,
     appliedTwice,
     copiesDiffering,
-    stuckLanes: new Set(integrity.violations.map((v) => `${v.aggregateType}:${v.aggregateId}`)).size,
     latencyP50Ms: percentile(latencies, 50),
     latencyP99Ms: percentile(latencies, 99),
-    seconds: input.seconds,
-    clientErrors: input.clientErrors,
   }
 }
 
 const count = (value: number) => value.toLocaleString('en-US')
 const ms = (value: number | undefined) => (value === undefined ? '—' : `${value.toFixed(1)} ms`)
 
-/** The summary as an aligned table: label, value, what it means. */
+type Row = readonly [label: string, values: readonly string[], note: string]
+
+/**
+ * The summary as aligned tables: first the figures all subscribers share, then one column per subscriber, each
+ * row with what it means.
+ */
 export function formatSummary(summary: Summary): string {
-  const rows: [string, string, string][] = [
-    ['orders placed', count(summary.ordersPlaced), ''],
-    ['events created', count(summary.eventsCreated), 'committed with their change, in the outbox'],
-    ['delivery attempts', count(summary.attempts), 'webhook requests the relays made'],
-    ['  failed on purpose', count(summary.failedOnPurpose), 'answered 500 before anything ran'],
-    ['  dropped after commit', count(summary.droppedAfterCommit), 'applied, then the answer was cut off'],
-    ['duplicates ignored', count(summary.duplicatesIgnored), 'redeliveries the consumer recognised'],
-    ['applied', count(summary.applied), 'events the subscriber applied'],
-    ['dead-lettered', count(summary.deadLettered), 'attempts ran out (kept, redrivable)'],
-    ['stale', count(summary.stale), 'arrived after a later event of its order'],
-    ['lost', count(summary.lost), 'events created − applied'],
-    ['out of order', count(summary.outOfOrder), 'applied after a later event of its order'],
-    ['applied twice', count(summary.appliedTwice), ''],
-    ['copies differing', count(summary.copiesDiffering), "subscriber's status ≠ orders service's"],
-    ['stuck lanes', count(summary.stuckLanes), 'orders that could never move again (checkIntegrity)'],
-    ['latency p50', ms(summary.latencyP50Ms), "producer's COMMIT → subscriber's apply"],
-    ['latency p99', ms(summary.latencyP99Ms), ''],
-    ['wall time', `${summary.seconds.toFixed(1)} s`, 'from the first order to the last delivery'],
+  const shared: Row[] = [
+    ['orders placed', [count(summary.ordersPlaced)], ''],
+    [
+      'events created',
+      [count(summary.eventsCreated)],
+      'committed with their change: an outbox row per subscriber',
+    ],
+    [
+      'stuck lanes',
+      [count(summary.stuckLanes)],
+      'lanes that could never move again, any subscriber (checkIntegrity)',
+    ],
+    ['wall time', [`${summary.seconds.toFixed(1)} s`], 'from the first order to the last delivery'],
   ]
-  const labelWidth = Math.max(...rows.map(([label]) => label.length))
-  const valueWidth = Math.max(...rows.map(([, value]) => value.length))
-  return rows
-    .map(([label, value, note]) =>
-      `  ${label.padEnd(labelWidth)}  ${value.padStart(valueWidth)}  ${note}`.trimEnd(),
-    )
-    .join('\n')
+  const each = (figure: (subscriber: SubscriberSummary) => string) => summary.subscribers.map(figure)
+  const perSubscriber: Row[] = [
+    ['delivery attempts', each((s) => count(s.attempts)), 'webhook requests the relays made'],
+    ['  failed on purpose', each((s) => count(s.failedOnPurpose)), 'answered 500 before anything ran'],
+    [
+      '  dropped after commit',
+      each((s) => count(s.droppedAfterCommit)),
+      'applied, then the answer was cut off',
+    ],
+    ['duplicates ignored', each((s) => count(s.duplicatesIgnored)), 'redeliveries the consumer recognised'],
+    ['applied', each((s) => count(s.applied)), 'events the subscriber applied'],
+    ['dead-lettered', each((s) => count(s.deadLettered)), 'attempts ran out (kept, redrivable)'],
+    ['stale', each((s) => count(s.stale)), 'arrived after a later event of its order'],
+    ['lost', each((s) => count(s.lost)), 'events created − applied'],
+    ['out of order', each((s) => count(s.outOfOrder)), 'applied after a later event of its order'],
+    ['applied twice', each((s) => count(s.appliedTwice)), ''],
+    ['copies differing', each((s) => count(s.copiesDiffering)), "subscriber's status ≠ orders service's"],
+    ['latency p50', each((s) => ms(s.latencyP50Ms)), "producer's COMMIT → subscriber's apply"],
+    ['latency p99', each((s) => ms(s.latencyP99Ms)), ''],
+  ]
+  const names = summary.subscribers.map((subscriber) => subscriber.name)
+  const labelWidth = Math.max(...[...shared, ...perSubscriber].map(([label]) => label.length))
+  // Column i fits its subscriber's name and figures; the first also fits the shared figures, printed under it.
+  const widths = names.map((name, index) =>
+    Math.max(
+      name.length,
+      ...perSubscriber.map(([, values]) => values[index]?.length ?? 0),
+      ...(index === 0 ? shared.map(([, values]) => values[0]?.length ?? 0) : []),
+    ),
+  )
+  const line = (label: string, values: readonly string[], note: string) =>
+    `  ${label.padEnd(labelWidth)}  ${values.map((value, index) => value.padStart(widths[index] ?? 0)).join('  ')}  ${note}`.trimEnd()
+  return [
+    ...shared.map(([label, values, note]) => line(label, values, note)),
+    '',
+    line('', names, ''),
+    ...perSubscriber.map(([label, values, note]) => line(label, values, note)),
+  ].join('\n')
 }
 
-/** Why the run failed, one sentence each; empty when it passed. */
+/** Why the run failed, one sentence each, naming the subscriber; empty when it passed. */
 export function failures(summary: Summary): string[] {
   const reasons: string[] = []
-  if (summary.lost > 0) {
-    const dead =
-      summary.deadLettered > 0
-        ? ` (${count(summary.deadLettered)} dead-lettered: with onExhausted 'skip' a dead letter lets its order move on — the guarantee's one reported exception; retry longer or redrive it)`
-        : ''
-    reasons.push(`${count(summary.lost)} committed event(s) were never applied${dead}`)
+  for (const subscriber of summary.subscribers) {
+    const name = `${subscriber.name}: `
+    if (subscriber.lost > 0) {
+      const dead =
+        subscriber.deadLettered > 0
+          ? ` (${count(subscriber.deadLettered)} dead-lettered: with onExhausted 'skip' a dead letter lets its order move on — the guarantee's one reported exception; retry longer or redrive it)`
+          : ''
+      reasons.push(`${name}${count(subscriber.lost)} committed event(s) were never applied${dead}`)
+    }
+    if (subscriber.outOfOrder > 0)
+      reasons.push(`${name}${count(subscriber.outOfOrder)} event(s) were applied out of order`)
+    if (subscriber.appliedTwice > 0)
+      reasons.push(`${name}${count(subscriber.appliedTwice)} event(s) were applied twice`)
+    if (subscriber.copiesDiffering > 0)
+      reasons.push(`${name}${count(subscriber.copiesDiffering)} order(s) differ from the orders service's`)
   }
-  if (summary.outOfOrder > 0) reasons.push(`${count(summary.outOfOrder)} event(s) were applied out of order`)
-  if (summary.appliedTwice > 0) reasons.push(`${count(summary.appliedTwice)} event(s) were applied twice`)
-  if (summary.copiesDiffering > 0)
-    reasons.push(`${count(summary.copiesDiffering)} order(s) differ between the two services`)
   if (summary.stuckLanes > 0)
     reasons.push(
       `${count(summary.stuckLanes)} order(s) break a liveness rule: run outbox doctor on the orders database`,
