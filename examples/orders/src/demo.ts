@@ -282,6 +282,9 @@ async function runDemo(
       // sharing the relay's lanes evenly. Their URLs are on 127.0.0.1, which a relay refuses unless allowed.
       allowPrivateNetworks: true,
       retrySchedule: RETRY_SCHEDULE_MS,
+      // No breaker: the subscribers fail on purpose, every few milliseconds, and the run checks each event's own
+      // attempts and dead letters; a breaker would pace them by its cool-down (seconds) instead.
+      endpointBreaker: false,
       concurrency: RELAY_CONCURRENCY,
       // A retry is due milliseconds after a failure; look for due work as often, not every 200 ms.
       pollIntervalMs: POLL_INTERVAL_MS,

@@ -8,7 +8,13 @@
  *   DATABASE_URL=postgres://…/orders SUBSCRIBER_URL=http://127.0.0.1:3001/hooks WEBHOOK_SECRET=whsec_… \
  *     METRICS_PORT=9464 pnpm --filter @outbox/example-orders relay
  */
-import { type Logger, type MetricsOptions, migrate, Relay } from '@outbox/producer'
+import {
+  type EndpointBreakerOptions,
+  type Logger,
+  type MetricsOptions,
+  migrate,
+  Relay,
+} from '@outbox/producer'
 import type { Kysely } from 'kysely'
 import { Registry } from 'prom-client'
 import { connect } from './database.js'
@@ -42,6 +48,11 @@ export interface RelaySettings {
   readonly concurrency?: number
   /** How often an idle relay looks for due work; NOTIFY wakes it sooner. @defaultValue 200 */
   readonly pollIntervalMs?: number
+  /**
+   * Stored subscriptions' endpoint breaker (failures in a row pause an endpoint until a probe answers), or false.
+   * @defaultValue the library's: 20 failures, then probes after 10 s, doubling to 10 min
+   */
+  readonly endpointBreaker?: EndpointBreakerOptions | false
   /** Prometheus metrics on your prom-client registry. @defaultValue off */
   readonly metrics?: MetricsOptions
   /** @defaultValue warnings and errors to the console */
@@ -58,6 +69,7 @@ export function createRelay({
   retrySchedule,
   concurrency,
   pollIntervalMs,
+  endpointBreaker,
   metrics,
   logger,
 }: RelaySettings): Relay {
@@ -73,6 +85,7 @@ export function createRelay({
     retrySchedule, // undefined: 5 s, 5 m, 30 m, 2 h, 5 h, 10 h, 10 h, then dead letter
     concurrency, // undefined: 16 orders at a time, each with one request in flight
     pollIntervalMs,
+    endpointBreaker, // undefined: an endpoint failing 20 times in a row is paused until a probe answers
     metrics, // { register }: Prometheus metrics on your prom-client registry
     logger, // pino or anything with its four methods; undefined: warnings and errors to the console
   })
