@@ -32,16 +32,14 @@ describe('outbox subscriptions replay', () => {
       await createSubscription(t.db, { url: sink.url, name: 'cli-replay' })
       for (const id of ['c1', 'c2']) {
         for (let n = 0; n < 2; n++) {
-          await t.db
-            .transaction()
-            .execute((trx) =>
-              enqueue(trx, {
-                aggregateType: 'order',
-                aggregateId: id,
-                eventType: 'order.updated',
-                payload: { n },
-              }),
-            )
+          await t.db.transaction().execute((trx) =>
+            enqueue(trx, {
+              aggregateType: 'order',
+              aggregateId: id,
+              eventType: 'order.updated',
+              payload: { n },
+            }),
+          )
         }
       }
       const relay = new Relay({ db: t.db, allowPrivateNetworks: true, logger: silentLogger })
