@@ -60,6 +60,14 @@ export {
 } from './prune.js'
 export { Relay, type RunOnceResult, type StopOptions } from './relay.js'
 export {
+  DEFAULT_REPLAY_BATCH_SIZE,
+  DEFAULT_REPLAY_LEASE_WAIT_MS,
+  type ReplayOptions,
+  type ReplayProgress,
+  type ReplayResult,
+  replay,
+} from './replay.js'
+export {
   DEFAULT_RETRY_SCHEDULE,
   MAX_CONFLICT_PARK_MS,
   MAX_RETRY_AFTER_MS,

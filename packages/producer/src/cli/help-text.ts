@@ -84,7 +84,7 @@ Examples:
   outbox relay --listen                      # every enabled stored subscription
 `,
 
-  subscriptions: `Usage: outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret [options]
+  subscriptions: `Usage: outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret|replay [options]
 
 Stored subscriptions: each a webhook destination with its own URL, secret, tenant, event-type filter, retries
 and limits, served by every relay started without --endpoint. Each (subscription, aggregate) is its own lane: a
@@ -100,6 +100,11 @@ subscription that is down or slow never delays another. <subscription> is an id 
   rotate-secret <subscription> [--overlap 24h] [--secret whsec_…]
                                       a new secret (printed once); the old ones are signed with as well until
                                       the overlap ends (0 ends them now)
+  replay <subscription> --since <when> [--until <when>] [--batch-size n] [--lease-wait 2m] [--json]
+                                      send its events created since <when> (2h ago, or an ISO time) again, in
+                                      order, with their ids and sequences; not dead letters (dead-letters
+                                      redrive) nor pruned ones. Progress on stderr; exits ${EXIT_PRUNE_NOT_CAUGHT_UP} when lanes
+                                      a relay held past --lease-wait were left out (run it again)
 
 Settings (add, update):
   --url <url>                   the subscriber's http(s) URL
@@ -118,6 +123,7 @@ Examples:
   outbox subscriptions add --url https://acme.example/hooks --name acme --tenant acme --event-type 'order.*'
   outbox subscriptions disable acme --reason "customer asked"
   outbox subscriptions rotate-secret acme --overlap 24h
+  outbox subscriptions replay acme --since 2h
 `,
 
   stats: `Usage: outbox stats [--json] [--watch [--interval 2s]] [options]
@@ -294,7 +300,7 @@ Options:
   -h, --help     show help (also: outbox <command> --help)
   --version      print the version
 
-Exit codes: 0 success · 1 runtime failure (database, network) · 2 usage error · ${EXIT_PRUNE_NOT_CAUGHT_UP} prune did not catch up ·
+Exit codes: 0 success · 1 runtime failure (database, network) · 2 usage error · ${EXIT_PRUNE_NOT_CAUGHT_UP} prune did not catch up or replay left lanes out ·
 ${EXIT_VIOLATIONS} doctor found violations
 `
 }

@@ -7,6 +7,7 @@ import { loadProducer, type Producer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { withFlagNames } from './option-flags.js'
 import { choiceFlag, DATABASE_FLAGS, durationFlag, numberFlag, parseFlags } from './parse-flags.js'
+import { replayCommand } from './replay-command.js'
 
 /** The flags that set a subscription's settings (add, update). */
 const SETTING_FLAGS = {
@@ -319,13 +320,15 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       }
       return 0
     }
+    case 'replay':
+      return await replayCommand(command, rest, io)
     case undefined:
       throw new UsageError(
-        'missing subcommand: outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret (see outbox subscriptions --help)',
+        'missing subcommand: outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret|replay (see outbox subscriptions --help)',
       )
     default:
       throw new UsageError(
-        `unknown subcommand ${JSON.stringify(action)}: use outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret (see outbox subscriptions --help)`,
+        `unknown subcommand ${JSON.stringify(action)}: use outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret|replay (see outbox subscriptions --help)`,
       )
   }
 }
