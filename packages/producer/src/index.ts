@@ -6,6 +6,11 @@ export {
   type RedriveResult,
   redrive,
 } from './dead-letters.js'
+export {
+  type DeliveryAttempt,
+  type ListDeliveryAttemptsOptions,
+  listDeliveryAttempts,
+} from './delivery-attempts.js'
 export { type Duration, parseDuration } from './duration.js'
 export { type EnqueuedEvent, type EnqueueOptions, enqueue, enqueueMany } from './enqueue.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
@@ -35,11 +40,13 @@ export { isPublicAddress, PrivateAddressError } from './network-guard.js'
 export {
   DEFAULT_BATCH_SIZE,
   DEFAULT_CONCURRENCY,
+  DEFAULT_DELIVERY_LOG,
   DEFAULT_ENDPOINT_BREAKER,
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_BUFFERED_BYTES,
   DEFAULT_POLL_INTERVAL_MS,
   DEFAULT_REQUEST_TIMEOUT_MS,
+  type DeliveryLog,
   type Endpoint,
   type EndpointBreakerOptions,
   type EndpointEvent,
@@ -54,6 +61,7 @@ export {
   DEFAULT_PRUNE_BATCH_SIZE,
   DEFAULT_PRUNE_MAX_BATCHES,
   type PruneOptions,
+  type PrunePass,
   type PruneResult,
   prune,
 } from './prune.js'
@@ -73,6 +81,7 @@ export {
   type MigrateOptions,
   migrate,
   type OutboxCounterTable,
+  type OutboxDeliveryAttemptTable,
   type OutboxLaneTable,
   type OutboxTable,
   PRODUCER_MIGRATION_TABLE,
@@ -80,6 +89,7 @@ export {
   producerMigrationSql,
 } from './schema.js'
 export { DEFAULT_SCHEMA, notifyChannel } from './schema-name.js'
+export type { AttemptOutcome } from './sql/delivery-attempt-log.js'
 export { type OutboxStats, STRUGGLING_ATTEMPTS, stats } from './stats.js'
 export {
   type CreateSubscriptionInput,

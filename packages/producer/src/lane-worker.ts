@@ -8,6 +8,7 @@ import { conflictParkDelay, decideAfterFailure } from './retry-policy.js'
 import type { RelayRuntime } from './runtime.js'
 import type { ClaimedLane, LaneEvent } from './sql/claimed-lane.js'
 import { deadLetterHead } from './sql/dead-letter-head.js'
+import type { AttemptRecord } from './sql/delivery-attempt-log.js'
 import { type FailureHealth, settleProbe } from './sql/endpoint-health.js'
 import type { FailedAttempt } from './sql/failed-attempt.js'
 import { markStarted } from './sql/mark-started.js'
@@ -72,6 +73,22 @@ function refOf(lane: ClaimedLane, row: LaneEvent): EventRef {
   }
 }
 
+/** One attempt for the delivery log (see the relay's `deliveryLog` option). */
+function attemptOf(
+  lane: ClaimedLane,
+  row: LaneEvent,
+  attempt: Pick<AttemptRecord, 'attemptedAt' | 'durationMs' | 'httpStatus' | 'answer' | 'error'>,
+): AttemptRecord {
+  return {
+    subscriptionId: lane.subscriptionId,
+    eventId: row.eventId,
+    aggregateType: row.aggregateType,
+    aggregateId: row.aggregateId,
+    sequence: row.sequence,
+    ...attempt,
+  }
+}
+
 const NOTHING: LaneResult = Object.freeze({ delivered: 0, failed: 0, dead: 0 })
 
 /**
@@ -125,13 +142,26 @@ async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<Lane
     return NOTHING
   }
   if (lane.charged) {
+    const attemptedAt = new Date()
     const failure: FailedAttempt = {
       claimToken: lane.claimToken,
       id: head.id,
       attempts: head.attempts + 1,
       httpStatus: null,
       error: TAKEOVER_ERROR,
-      attemptedAt: new Date(),
+      attemptedAt,
+      charged: true,
+      ...(ctx.options.deliveryLog === false
+        ? {}
+        : {
+            log: attemptOf(lane, head, {
+              attemptedAt,
+              durationMs: null,
+              httpStatus: null,
+              answer: null,
+              error: TAKEOVER_ERROR,
+            }),
+          }),
     }
     return await settleFailure(ctx, target, lane, head, failure, lane.readAt, undefined)
   }
@@ -216,6 +246,7 @@ async function deliverRow(
   }
   const event = toEvent(row)
   const attemptedAt = new Date()
+  const startedAt = performance.now()
   let outcome: DeliveryOutcome
   try {
     const url = target.url(event)
@@ -223,6 +254,15 @@ async function deliverRow(
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
   }
+  const logged = logAttempt(ctx.options.deliveryLog, outcome)
+    ? attemptOf(lane, row, {
+        attemptedAt,
+        durationMs: Math.round(performance.now() - startedAt),
+        httpStatus: outcome.kind === 'aborted' ? null : outcome.httpStatus,
+        answer: outcome.kind === 'aborted' ? null : (outcome.answer ?? null),
+        error: outcome.kind === 'failure' && outcome.answer === undefined ? outcome.error : null,
+      })
+    : undefined
   if (probing && outcome.kind !== 'aborted') {
     probed.add(lane)
     // Any answer but a failure shows the endpoint up (a 409 is its consumer waiting for order, not an outage).
@@ -244,6 +284,7 @@ async function deliverRow(
       ...(target.subscriptionId === IMPLICIT_SUBSCRIPTION_ID
         ? {}
         : { subscriptionId: target.subscriptionId }),
+      ...(logged ? { attempt: logged } : {}),
     })
     if (events.has('delivery:success')) {
       events.emit('delivery:success', {
@@ -277,6 +318,7 @@ async function deliverRow(
       error: outcome.error,
       attemptedAt,
       delayMs: parkMs,
+      ...(logged ? { log: logged } : {}),
     })
     options.logger.warn(
       { ...log, eventId: row.eventId, sequence: row.sequence },
@@ -299,12 +341,19 @@ async function deliverRow(
     httpStatus: outcome.httpStatus,
     error: outcome.error,
     attemptedAt,
+    ...(logged ? { log: logged } : {}),
   }
   if (outcome.httpStatus === 410) await retireGoneSubscription(ctx, target)
   const health = failureHealth(ctx, target, outcome.httpStatus, outcome.retryAfterMs)
   return {
     settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs, health),
   }
+}
+
+/** Whether the delivery log records this outcome: an aborted request is no attempt; a 2xx only under `'all'`. */
+function logAttempt(deliveryLog: ResolvedRelayOptions['deliveryLog'], outcome: DeliveryOutcome): boolean {
+  if (deliveryLog === false || outcome.kind === 'aborted') return false
+  return deliveryLog === 'all' || outcome.kind !== 'success'
 }
 
 /** Probe lanes whose probe was settled: the rest of their rows go as usual. */

@@ -92,7 +92,20 @@ export interface RelayOptions {
    * @defaultValue { failures: 20, cooldownMs: 10000, maxCooldownMs: 600000 }
    */
   readonly endpointBreaker?: EndpointBreakerOptions | false
+  /**
+   * What the delivery log records (`outbox_delivery_attempt`, listed by `listDeliveryAttempts`): `'all'` every
+   * attempt, `'failures'` all but 2xx answers (failures, 409 parks, dead letters), `false` nothing. Its rows are
+   * written in the statements the relay runs anyway (the mark flush, the failure outcomes), never one per request.
+   * @defaultValue 'all'
+   */
+  readonly deliveryLog?: DeliveryLog
 }
+
+/** {@link RelayOptions.deliveryLog}: which attempts the relay records in the delivery log. */
+export type DeliveryLog = 'all' | 'failures' | false
+
+/** Default of {@link RelayOptions.deliveryLog}. */
+export const DEFAULT_DELIVERY_LOG: DeliveryLog = 'all'
 
 /** {@link RelayOptions.endpointBreaker}: when a stored subscription's endpoint counts as down, and for how long. */
 export interface EndpointBreakerOptions {
@@ -152,6 +165,7 @@ export interface ResolvedRelayOptions {
   readonly metrics: MetricsOptions | undefined
   readonly maxBufferedBytes: number
   readonly endpointBreaker: Readonly<Required<EndpointBreakerOptions>> | false
+  readonly deliveryLog: DeliveryLog
 }
 
 /**
@@ -178,6 +192,7 @@ const KNOWN: Readonly<Record<keyof RelayOptions, true>> = {
   metrics: true,
   maxBufferedBytes: true,
   endpointBreaker: true,
+  deliveryLog: true,
 }
 const KNOWN_OPTIONS = Object.keys(KNOWN)
 
@@ -410,6 +425,14 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
             breaker.cooldownMs ?? DEFAULT_ENDPOINT_BREAKER.cooldownMs,
           ),
         })
+  const deliveryLog = options.deliveryLog ?? DEFAULT_DELIVERY_LOG
+  if (deliveryLog !== 'all' && deliveryLog !== 'failures' && deliveryLog !== false) {
+    invalid(
+      'deliveryLog',
+      deliveryLog,
+      (spell, got) => `${spell('deliveryLog')} must be one of 'all', 'failures', false; got ${got}`,
+    )
+  }
   const onExhausted = options.onExhausted ?? 'skip'
   if (onExhausted !== 'skip' && onExhausted !== 'block') {
     invalid(
@@ -438,5 +461,6 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     metrics: options.metrics,
     maxBufferedBytes: integer(options.maxBufferedBytes, DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes', 1024),
     endpointBreaker,
+    deliveryLog,
   })
 }
