@@ -3,7 +3,13 @@ import type { DeliveryOutcome, WebhookSender } from './delivery.js'
 import { type DeliveryTarget, IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
 import type { EventRef, RelayEventMap, RelayEvents } from './events.js'
 import type { MarkBuffer } from './mark-buffer.js'
-import { type EndpointEvent, LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
+import {
+  DEFAULT_DELIVERY_LOG,
+  type DeliveryLog,
+  type EndpointEvent,
+  LEASE_MARGIN_MS,
+  type ResolvedRelayOptions,
+} from './options.js'
 import { conflictParkDelay, decideAfterFailure } from './retry-policy.js'
 import type { RelayRuntime } from './runtime.js'
 import type { ClaimedLane, LaneEvent } from './sql/claimed-lane.js'
@@ -151,7 +157,7 @@ async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<Lane
       error: TAKEOVER_ERROR,
       attemptedAt,
       charged: true,
-      ...(ctx.options.deliveryLog === false
+      ...(deliveryLogOf(ctx, target) === false
         ? {}
         : {
             log: attemptOf(lane, head, {
@@ -254,7 +260,7 @@ async function deliverRow(
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
   }
-  const logged = logAttempt(ctx.options.deliveryLog, outcome)
+  const logged = logAttempt(deliveryLogOf(ctx, target), outcome)
     ? attemptOf(lane, row, {
         attemptedAt,
         durationMs: Math.round(performance.now() - startedAt),
@@ -350,8 +356,17 @@ async function deliverRow(
   }
 }
 
+/** What the delivery log keeps of a subscription's attempts: the relay's option, else the subscription's default. */
+function deliveryLogOf(ctx: LaneContext, target: DeliveryTarget): DeliveryLog {
+  const { deliveryLog } = ctx.options
+  if (deliveryLog !== undefined) return deliveryLog
+  return target.subscriptionId === IMPLICIT_SUBSCRIPTION_ID
+    ? DEFAULT_DELIVERY_LOG.endpoint
+    : DEFAULT_DELIVERY_LOG.subscriptions
+}
+
 /** Whether the delivery log records this outcome: an aborted request is no attempt; a 2xx only under `'all'`. */
-function logAttempt(deliveryLog: ResolvedRelayOptions['deliveryLog'], outcome: DeliveryOutcome): boolean {
+function logAttempt(deliveryLog: DeliveryLog, outcome: DeliveryOutcome): boolean {
   if (deliveryLog === false || outcome.kind === 'aborted') return false
   return deliveryLog === 'all' || outcome.kind !== 'success'
 }
