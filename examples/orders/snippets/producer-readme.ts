@@ -77,6 +77,21 @@ const { lagSeconds, pending, inFlight, struggling, dead, blocked } = await stats
 // #endregion stats
 console.log({ lagSeconds, pending, inFlight, struggling, dead, blocked })
 
+// #region delivery-log
+import { IMPLICIT_SUBSCRIPTION_ID, listDeliveryAttempts } from '@outbox/producer'
+
+// "We never got order 42": every attempt for that aggregate, newest first, per subscription.
+const attempts = await listDeliveryAttempts(db, { aggregateType: 'order', aggregateId: '42', limit: 20 })
+for (const { attemptedAt, subscriptionId, outcome, httpStatus, durationMs, answer, error } of attempts) {
+  console.log(attemptedAt, subscriptionId, outcome, httpStatus, durationMs, answer ?? error)
+}
+const older = await listDeliveryAttempts(db, {
+  subscriptionId: IMPLICIT_SUBSCRIPTION_ID,
+  after: attempts.at(-1)?.cursor,
+})
+// #endregion delivery-log
+console.log(older.length)
+
 // #region dead-letters
 import { listDeadLetters, redrive } from '@outbox/producer'
 

@@ -15,9 +15,15 @@ import { type AbortableRequest, postWebhook, type WebhookTransport } from './web
 
 /** How one webhook request ended, as the relay acts on it. */
 export type DeliveryOutcome =
-  | { readonly kind: 'success'; readonly httpStatus: number; readonly deliveryStatus: DeliveryStatus | null }
+  | {
+      readonly kind: 'success'
+      readonly httpStatus: number
+      readonly deliveryStatus: DeliveryStatus | null
+      /** The body's first {@link MAX_ANSWER_EXCERPT} characters, for the delivery log. */
+      readonly answer: string
+    }
   /** 409: the consumer waits for an earlier sequence. Not an attempt. */
-  | { readonly kind: 'conflict'; readonly httpStatus: 409; readonly error: string }
+  | { readonly kind: 'conflict'; readonly httpStatus: 409; readonly error: string; readonly answer: string }
   /** Cut short because the relay is stopping: not an attempt; the lane is handed back as it is. */
   | { readonly kind: 'aborted' }
   /** Any other answer, a timeout or a network error: an attempt to retry. */
@@ -25,6 +31,8 @@ export type DeliveryOutcome =
       readonly kind: 'failure'
       readonly httpStatus: number | null
       readonly error: string
+      /** The body's first {@link MAX_ANSWER_EXCERPT} characters when an answer came; absent otherwise. */
+      readonly answer?: string
       /** From `Retry-After` on 429/503, already bounded. */
       readonly retryAfterMs?: number
     }
@@ -32,8 +40,8 @@ export type DeliveryOutcome =
 /** The most parsed URLs a sender keeps (see `WebhookSender#parsed`). */
 const MAX_PARSED_URLS = 1024
 
-/** The longest slice of an error answer kept as `last_error`. */
-const MAX_ERROR_BODY = 500
+/** The longest slice of an answer's body kept: as `last_error` of a failure, and in the delivery log. */
+export const MAX_ANSWER_EXCERPT = 500
 
 /** What every agent of a sender shares: one request in flight per connection, sockets kept 30 s. */
 const AGENT_OPTIONS = { keepAliveTimeout: 30_000, pipelining: 1 } as const
@@ -144,14 +152,15 @@ export class WebhookSender {
         return { kind: 'failure', httpStatus: null, error: describeNetworkError(response.error) }
     }
     const { status, body: text } = response
+    const answer = text.length > MAX_ANSWER_EXCERPT ? text.slice(0, MAX_ANSWER_EXCERPT) : text
     if (status >= 200 && status < 300)
-      return { kind: 'success', httpStatus: status, deliveryStatus: readStatus(text) }
-    const error = `HTTP ${status}: ${text.slice(0, MAX_ERROR_BODY)}`
-    if (status === 409) return { kind: 'conflict', httpStatus: 409, error }
+      return { kind: 'success', httpStatus: status, deliveryStatus: readStatus(text), answer }
+    const error = `HTTP ${status}: ${answer}`
+    if (status === 409) return { kind: 'conflict', httpStatus: 409, error, answer }
     const retryAfterMs = status === 429 || status === 503 ? parseRetryAfter(response.retryAfter) : undefined
     return retryAfterMs === undefined
-      ? { kind: 'failure', httpStatus: status, error }
-      : { kind: 'failure', httpStatus: status, error, retryAfterMs }
+      ? { kind: 'failure', httpStatus: status, error, answer }
+      : { kind: 'failure', httpStatus: status, error, answer, retryAfterMs }
   }
 
   /** The restricted targets' transport, its pool made now if this is their first request. */

@@ -7,6 +7,11 @@ export {
   type RedriveResult,
   redrive,
 } from './dead-letters.js'
+export {
+  type DeliveryAttempt,
+  type ListDeliveryAttemptsOptions,
+  listDeliveryAttempts,
+} from './delivery-attempts.js'
 export { type Duration, parseDuration } from './duration.js'
 export { type EnqueuedEvent, type EnqueueOptions, enqueue, enqueueMany } from './enqueue.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
@@ -36,11 +41,13 @@ export { isPublicAddress, PrivateAddressError } from './network-guard.js'
 export {
   DEFAULT_BATCH_SIZE,
   DEFAULT_CONCURRENCY,
+  DEFAULT_DELIVERY_LOG,
   DEFAULT_ENDPOINT_BREAKER,
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_BUFFERED_BYTES,
   DEFAULT_POLL_INTERVAL_MS,
   DEFAULT_REQUEST_TIMEOUT_MS,
+  type DeliveryLog,
   type Endpoint,
   type EndpointBreakerOptions,
   type EndpointEvent,
@@ -55,6 +62,7 @@ export {
   DEFAULT_PRUNE_BATCH_SIZE,
   DEFAULT_PRUNE_MAX_BATCHES,
   type PruneOptions,
+  type PrunePass,
   type PruneResult,
   prune,
 } from './prune.js'
@@ -82,6 +90,7 @@ export {
   type MigrateOptions,
   migrate,
   type OutboxCounterTable,
+  type OutboxDeliveryAttemptTable,
   type OutboxLaneTable,
   type OutboxSubscriptionSecretTable,
   type OutboxSubscriptionTable,
@@ -91,6 +100,7 @@ export {
   producerMigrationSql,
 } from './schema.js'
 export { DEFAULT_SCHEMA, notifyChannel } from './schema-name.js'
+export type { AttemptOutcome } from './sql/delivery-attempt-log.js'
 export {
   type OutboxStats,
   STRUGGLING_ATTEMPTS,

@@ -3,11 +3,18 @@ import type { DeliveryOutcome, WebhookSender } from './delivery.js'
 import { type DeliveryTarget, IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
 import type { EventRef, RelayEventMap, RelayEvents } from './events.js'
 import type { MarkBuffer } from './mark-buffer.js'
-import { type EndpointEvent, LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
+import {
+  DEFAULT_DELIVERY_LOG,
+  type DeliveryLog,
+  type EndpointEvent,
+  LEASE_MARGIN_MS,
+  type ResolvedRelayOptions,
+} from './options.js'
 import { conflictParkDelay, decideAfterFailure } from './retry-policy.js'
 import type { RelayRuntime } from './runtime.js'
 import type { ClaimedLane, LaneEvent } from './sql/claimed-lane.js'
 import { deadLetterHead } from './sql/dead-letter-head.js'
+import type { AttemptRecord } from './sql/delivery-attempt-log.js'
 import { type FailureHealth, settleProbe } from './sql/endpoint-health.js'
 import type { FailedAttempt } from './sql/failed-attempt.js'
 import { markStarted } from './sql/mark-started.js'
@@ -73,6 +80,22 @@ function refOf(target: DeliveryTarget, lane: ClaimedLane, row: LaneEvent): Event
   }
 }
 
+/** One attempt for the delivery log (see the relay's `deliveryLog` option). */
+function attemptOf(
+  lane: ClaimedLane,
+  row: LaneEvent,
+  attempt: Pick<AttemptRecord, 'attemptedAt' | 'durationMs' | 'httpStatus' | 'answer' | 'error'>,
+): AttemptRecord {
+  return {
+    subscriptionId: lane.subscriptionId,
+    eventId: row.eventId,
+    aggregateType: row.aggregateType,
+    aggregateId: row.aggregateId,
+    sequence: row.sequence,
+    ...attempt,
+  }
+}
+
 const NOTHING: LaneResult = Object.freeze({ delivered: 0, failed: 0, dead: 0 })
 
 /**
@@ -128,13 +151,26 @@ async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<Lane
     return NOTHING
   }
   if (lane.charged) {
+    const attemptedAt = new Date()
     const failure: FailedAttempt = {
       claimToken: lane.claimToken,
       id: head.id,
       attempts: head.attempts + 1,
       httpStatus: null,
       error: TAKEOVER_ERROR,
-      attemptedAt: new Date(),
+      attemptedAt,
+      charged: true,
+      ...(deliveryLogOf(ctx, target) === false
+        ? {}
+        : {
+            log: attemptOf(lane, head, {
+              attemptedAt,
+              durationMs: null,
+              httpStatus: null,
+              answer: null,
+              error: TAKEOVER_ERROR,
+            }),
+          }),
     }
     return await settleFailure(ctx, target, lane, head, failure, lane.readAt, undefined)
   }
@@ -219,6 +255,7 @@ async function deliverRow(
   }
   const event = toEvent(row)
   const attemptedAt = new Date()
+  const startedAt = performance.now()
   let outcome: DeliveryOutcome
   try {
     const url = target.url(event)
@@ -226,6 +263,15 @@ async function deliverRow(
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
   }
+  const logged = logAttempt(deliveryLogOf(ctx, target), outcome)
+    ? attemptOf(lane, row, {
+        attemptedAt,
+        durationMs: Math.round(performance.now() - startedAt),
+        httpStatus: outcome.kind === 'aborted' ? null : outcome.httpStatus,
+        answer: outcome.kind === 'aborted' ? null : (outcome.answer ?? null),
+        error: outcome.kind === 'failure' && outcome.answer === undefined ? outcome.error : null,
+      })
+    : undefined
   if (probing && outcome.kind !== 'aborted') {
     probed.add(lane)
     // Any answer but a failure shows the endpoint up (a 409 is its consumer waiting for order, not an outage).
@@ -247,6 +293,7 @@ async function deliverRow(
       ...(target.subscriptionId === IMPLICIT_SUBSCRIPTION_ID
         ? {}
         : { subscriptionId: target.subscriptionId }),
+      ...(logged ? { attempt: logged } : {}),
     })
     if (events.has('delivery:success')) {
       events.emit('delivery:success', {
@@ -280,6 +327,7 @@ async function deliverRow(
       error: outcome.error,
       attemptedAt,
       delayMs: parkMs,
+      ...(logged ? { log: logged } : {}),
     })
     options.logger.warn(
       { ...log, eventId: row.eventId, sequence: row.sequence },
@@ -303,12 +351,28 @@ async function deliverRow(
     httpStatus: outcome.httpStatus,
     error: outcome.error,
     attemptedAt,
+    ...(logged ? { log: logged } : {}),
   }
   if (outcome.httpStatus === 410) await retireGoneSubscription(ctx, target)
   const health = failureHealth(ctx, target, outcome.httpStatus, outcome.retryAfterMs)
   return {
     settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs, health),
   }
+}
+
+/** What the delivery log keeps of a subscription's attempts: the relay's option, else the subscription's default. */
+function deliveryLogOf(ctx: LaneContext, target: DeliveryTarget): DeliveryLog {
+  const { deliveryLog } = ctx.options
+  if (deliveryLog !== undefined) return deliveryLog
+  return target.subscriptionId === IMPLICIT_SUBSCRIPTION_ID
+    ? DEFAULT_DELIVERY_LOG.endpoint
+    : DEFAULT_DELIVERY_LOG.subscriptions
+}
+
+/** Whether the delivery log records this outcome: an aborted request is no attempt; a 2xx only under `'all'`. */
+function logAttempt(deliveryLog: DeliveryLog, outcome: DeliveryOutcome): boolean {
+  if (deliveryLog === false || outcome.kind === 'aborted') return false
+  return deliveryLog === 'all' || outcome.kind !== 'success'
 }
 
 /** Probe lanes whose probe was settled: the rest of their rows go as usual. */

@@ -92,7 +92,30 @@ export interface RelayOptions {
    * @defaultValue { failures: 20, cooldownMs: 10000, maxCooldownMs: 600000 }
    */
   readonly endpointBreaker?: EndpointBreakerOptions | false
+  /**
+   * What the delivery log records (`outbox_delivery_attempt`, listed by `listDeliveryAttempts`): `'all'` every
+   * attempt, `'failures'` all but 2xx answers (failures, 409 parks, dead letters), `false` nothing. Its rows are
+   * written in the statements the relay runs anyway (the mark flush, the failure outcomes), never one per request.
+   * @defaultValue `'all'` for stored subscriptions, `'failures'` for the `endpoint` (see {@link DEFAULT_DELIVERY_LOG})
+   */
+  readonly deliveryLog?: DeliveryLog
 }
+
+/** {@link RelayOptions.deliveryLog}: which attempts the relay records in the delivery log. */
+export type DeliveryLog = 'all' | 'failures' | false
+
+/**
+ * Default of {@link RelayOptions.deliveryLog}, per kind of subscription. Stored subscriptions log every attempt:
+ * they are customers' endpoints, where "we never got it" is asked. The implicit `endpoint` logs failures only, so a
+ * single-endpoint relay's 2xx path writes exactly what it wrote before the log existed: a row per 2xx adds a heap
+ * row and four index entries to every event's mark, and that relay's budget is a few percent of its throughput
+ * (its sent events keep `sent_at` and the consumer's status in `outbox` anyway). `deliveryLog: 'all'` logs them too.
+ */
+export const DEFAULT_DELIVERY_LOG: Readonly<{ endpoint: DeliveryLog; subscriptions: DeliveryLog }> =
+  Object.freeze({
+    endpoint: 'failures',
+    subscriptions: 'all',
+  })
 
 /** {@link RelayOptions.endpointBreaker}: when a stored subscription's endpoint counts as down, and for how long. */
 export interface EndpointBreakerOptions {
@@ -152,6 +175,8 @@ export interface ResolvedRelayOptions {
   readonly metrics: MetricsOptions | undefined
   readonly maxBufferedBytes: number
   readonly endpointBreaker: Readonly<Required<EndpointBreakerOptions>> | false
+  /** Undefined: each subscription's default ({@link DEFAULT_DELIVERY_LOG}). */
+  readonly deliveryLog: DeliveryLog | undefined
 }
 
 /**
@@ -178,6 +203,7 @@ const KNOWN: Readonly<Record<keyof RelayOptions, true>> = {
   metrics: true,
   maxBufferedBytes: true,
   endpointBreaker: true,
+  deliveryLog: true,
 }
 const KNOWN_OPTIONS = Object.keys(KNOWN)
 
@@ -410,6 +436,19 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
             breaker.cooldownMs ?? DEFAULT_ENDPOINT_BREAKER.cooldownMs,
           ),
         })
+  const { deliveryLog } = options
+  if (
+    deliveryLog !== undefined &&
+    deliveryLog !== 'all' &&
+    deliveryLog !== 'failures' &&
+    deliveryLog !== false
+  ) {
+    invalid(
+      'deliveryLog',
+      deliveryLog,
+      (spell, got) => `${spell('deliveryLog')} must be one of 'all', 'failures', false; got ${got}`,
+    )
+  }
   const onExhausted = options.onExhausted ?? 'skip'
   if (onExhausted !== 'skip' && onExhausted !== 'block') {
     invalid(
@@ -438,5 +477,6 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     metrics: options.metrics,
     maxBufferedBytes: integer(options.maxBufferedBytes, DEFAULT_MAX_BUFFERED_BYTES, 'maxBufferedBytes', 1024),
     endpointBreaker,
+    deliveryLog,
   })
 }

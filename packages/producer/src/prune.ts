@@ -3,6 +3,7 @@ import type { Kysely } from 'kysely'
 import { type Duration, parseDuration } from './duration.js'
 import { invalidOption, OutboxError } from './errors.js'
 import { resolveSchema } from './schema-name.js'
+import { deleteDeliveryAttempts, hasExpiredDeliveryAttempts } from './sql/delete-delivery-attempts.js'
 import { deleteExpired, hasExpired } from './sql/delete-expired.js'
 
 /** Options of {@link prune}. */
@@ -11,6 +12,11 @@ export interface PruneOptions {
   readonly retention: Duration
   /** Also delete dead letters older than this; dead letters are kept when omitted. */
   readonly deadLetterRetention?: Duration
+  /**
+   * Also delete delivery log rows (`listDeliveryAttempts`) older than this; the log is kept, and grows, when
+   * omitted.
+   */
+  readonly deliveryLogRetention?: Duration
   /** Rows per delete statement. @defaultValue 5000 */
   readonly batchSize?: number
   /** Stop after this many batches per status, so one run is bounded. @defaultValue 200 */
@@ -20,14 +26,17 @@ export interface PruneOptions {
   /** Schema of the producer tables. @defaultValue 'public' */
   readonly schema?: string
   /** Called after every batch, for progress output. */
-  readonly onBatch?: (progress: { readonly status: 'sent' | 'dead'; readonly removed: number }) => void
+  readonly onBatch?: (progress: { readonly status: PrunePass; readonly removed: number }) => void
   /** Stops between batches when aborted. */
   readonly signal?: AbortSignal
 }
 
+/** What one pass of {@link prune} deletes: sent events, dead letters, or delivery log rows. */
+export type PrunePass = 'sent' | 'dead' | 'delivery-log'
+
 /** What {@link prune} did. */
 export interface PruneResult {
-  /** Rows deleted (sent and dead). */
+  /** Rows deleted (sent, dead and delivery log). */
   readonly removed: number
   /** True when nothing past retention is left; false when `maxBatches` (or the signal) stopped it first. */
   readonly caughtUp: boolean
@@ -51,7 +60,8 @@ function positiveInteger(value: number | undefined, fallback: number, name: stri
 }
 
 /**
- * Deletes sent events past retention in bounded batches (and dead letters past their own retention, if given).
+ * Deletes sent events past retention in bounded batches (and dead letters and delivery log rows past their own
+ * retentions, if given).
  * Pending events, sequence counters and lane rows are never touched, so pruning can never lose an event or reuse
  * a sequence. Run it from cron; `caughtUp: false` means run it again (or raise `maxBatches`).
  *
@@ -60,7 +70,12 @@ function positiveInteger(value: number | undefined, fallback: number, name: stri
  * import type { Kysely } from 'kysely'
  * import { prune } from '@outbox/producer'
  * declare const db: Kysely<any>
- * const { removed, caughtUp } = await prune(db, { retention: '30d', batchSize: 5000, pauseMs: 50 })
+ * const { removed, caughtUp } = await prune(db, {
+ *   retention: '30d',
+ *   deliveryLogRetention: '7d',
+ *   batchSize: 5000,
+ *   pauseMs: 50,
+ * })
  * ```
  */
 export async function prune(db: Kysely<any>, options: PruneOptions): Promise<PruneResult> {
@@ -77,6 +92,10 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
     options.deadLetterRetention === undefined
       ? undefined
       : parseDuration(options.deadLetterRetention, 'deadLetterRetention')
+  const logMs =
+    options.deliveryLogRetention === undefined
+      ? undefined
+      : parseDuration(options.deliveryLogRetention, 'deliveryLogRetention')
   const batchSize = positiveInteger(options.batchSize, DEFAULT_OUTBOX_PRUNE_BATCH_SIZE, 'batchSize')
   const maxBatches = positiveInteger(options.maxBatches, DEFAULT_OUTBOX_PRUNE_MAX_BATCHES, 'maxBatches')
   const pauseMs = parseDuration(options.pauseMs ?? 0, 'pauseMs')
@@ -84,20 +103,28 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
   const sqlContext = { db, schema }
   let removed = 0
   let caughtUp = true
-  const passes: ['sent' | 'dead', number][] = [['sent', retentionMs]]
+  const passes: [PrunePass, number][] = [['sent', retentionMs]]
   if (deadMs !== undefined) passes.push(['dead', deadMs])
+  if (logMs !== undefined) passes.push(['delivery-log', logMs])
   for (const [status, keepMs] of passes) {
     let batches = 0
     for (;;) {
       if (options.signal?.aborted) return { removed, caughtUp: false }
-      const deleted = await deleteExpired(sqlContext, { status, olderThanMs: keepMs, limit: batchSize })
+      const deleted =
+        status === 'delivery-log'
+          ? await deleteDeliveryAttempts(sqlContext, { olderThanMs: keepMs, limit: batchSize })
+          : await deleteExpired(sqlContext, { status, olderThanMs: keepMs, limit: batchSize })
       removed += deleted
       batches += 1
       options.onBatch?.({ status, removed: deleted })
       if (deleted < batchSize) break
       if (batches >= maxBatches) {
         // The budget ran out on a full batch: it finished only if nothing past retention is left.
-        if (await hasExpired(sqlContext, { status, olderThanMs: keepMs })) caughtUp = false
+        const left =
+          status === 'delivery-log'
+            ? await hasExpiredDeliveryAttempts(sqlContext, { olderThanMs: keepMs })
+            : await hasExpired(sqlContext, { status, olderThanMs: keepMs })
+        if (left) caughtUp = false
         break
       }
       if (pauseMs > 0) await pause(pauseMs, options.signal)

@@ -104,6 +104,25 @@ export interface OutboxSubscriptionSecretTable {
   expires_at: Date | null
 }
 
+/** The delivery log (migration 0010): one row per attempt, per subscription; pruned by its own retention. */
+export interface OutboxDeliveryAttemptTable {
+  id: Generated<string>
+  subscription_id: string
+  event_id: string
+  aggregate_type: string
+  aggregate_id: string
+  sequence: ColumnType<string, number, number>
+  attempted_at: Date
+  /** Null for an attempt charged at a takeover (the request's duration is unknown). */
+  duration_ms: number | null
+  http_status: number | null
+  outcome: 'delivered' | 'failed' | 'conflict' | 'dead'
+  /** The answer body's first 500 characters. */
+  answer: string | null
+  /** Why no answer came. */
+  error: string | null
+}
+
 /** The producer tables, for typing a `Kysely` instance. */
 export interface ProducerDatabase {
   outbox: OutboxTable
@@ -111,6 +130,7 @@ export interface ProducerDatabase {
   outbox_lane: OutboxLaneTable
   outbox_subscription: OutboxSubscriptionTable
   outbox_subscription_secret: OutboxSubscriptionSecretTable
+  outbox_delivery_attempt: OutboxDeliveryAttemptTable
 }
 
 /** Name of the producer's own migration table (the consumer and the application keep theirs apart). */

@@ -36,6 +36,7 @@ async function tablesIn(url: string, schema: string): Promise<string[]> {
 const PRODUCER_TABLES = [
   'outbox',
   'outbox_counter',
+  'outbox_delivery_attempt',
   'outbox_lane',
   'outbox_subscription',
   'outbox_subscription_secret',

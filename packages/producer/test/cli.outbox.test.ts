@@ -27,6 +27,7 @@ const COMMANDS = [
   ['prune', '--retention', '30d'],
   ['dead-letters', 'list'],
   ['dead-letters', 'redrive', '--all'],
+  ['deliveries', 'list'],
 ] as const
 
 describe.concurrent('outbox (top level)', () => {

@@ -18,6 +18,7 @@ const t = useTestDatabase()
 const PRODUCER_TABLES = [
   'outbox',
   'outbox_counter',
+  'outbox_delivery_attempt',
   'outbox_lane',
   'outbox_subscription',
   'outbox_subscription_secret',
@@ -36,6 +37,7 @@ const PRODUCER_MIGRATIONS = [
   '0007_liveness',
   '0008_subscriptions',
   '0009_endpoint_health',
+  '0010_delivery_log',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */
@@ -331,7 +333,7 @@ describe('migrate', () => {
         outbox_type_matches(text[], text),
         outbox_new_row_due(text, text)`.execute(trx)
       await sql`DROP TABLE IF EXISTS outbox, outbox_counter, outbox_lane, outbox_subscription_secret, outbox_subscription,
-        outbox_producer_migration, outbox_producer_migration_lock`.execute(trx)
+        outbox_delivery_attempt, outbox_producer_migration, outbox_producer_migration_lock`.execute(trx)
     })
     // Tables, indexes, sequences, functions and types: nothing of the producer's is left in the schema.
     const { rows } = await sql<{ objects: string }>`

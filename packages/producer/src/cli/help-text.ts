@@ -155,25 +155,28 @@ Examples:
   prune: `Usage: outbox prune --retention <duration> [options]
 
 Deletes sent events older than the retention in batches, oldest first, and dead letters past their own retention
-if --dead-letter-retention is given (otherwise dead letters are kept). Pending events, sequence counters and lane
-rows are never touched. Progress goes to stderr while it runs, the summary to stdout.
+if --dead-letter-retention is given (otherwise dead letters are kept), and delivery log rows (outbox deliveries)
+past theirs if --delivery-log-retention is given (otherwise the log is kept, and grows). Pending events, sequence
+counters and lane rows are never touched. Progress goes to stderr while it runs, the summary to stdout.
 
 Exits 0 when everything past retention is gone, and ${EXIT_PRUNE_NOT_CAUGHT_UP} when --max-batches stopped it first (run it
 again, more often, or with a larger budget) — so cron can alert on a backlog.
 
 Options:
-  --retention <duration>              keep sent events at least this long, e.g. 30d, 12h (required)
-  --dead-letter-retention <duration>  also delete dead letters older than this (default: keep them)
-  --batch-size <n>                    rows per delete statement (default 5000)
-  --max-batches <n>                   batch budget per status for this run (default 200)
-  --pause-ms <ms>                     pause between batches, to leave room for live traffic (default 0)
-  --json                              print the result as JSON: {"removed", "caughtUp", "sent", "dead"}
-${databaseOptions(34)}
+  --retention <duration>               keep sent events at least this long, e.g. 30d, 12h (required)
+  --dead-letter-retention <duration>   also delete dead letters older than this (default: keep them)
+  --delivery-log-retention <duration>  also delete delivery log rows older than this (default: keep them)
+  --batch-size <n>                     rows per delete statement (default 5000)
+  --max-batches <n>                    batch budget per status for this run (default 200)
+  --pause-ms <ms>                      pause between batches, to leave room for live traffic (default 0)
+  --json                               print the result as JSON: {"removed", "caughtUp", "sent", "dead"}
+                                       (and "deliveryLog" with --delivery-log-retention)
+${databaseOptions(35)}
 
 Exit codes: 0 caught up · 1 database failure · 2 usage error · ${EXIT_PRUNE_NOT_CAUGHT_UP} not caught up · 130/143 interrupted
 
 Example (crontab):
-  15 * * * *  outbox prune --retention 30d --dead-letter-retention 90d --pause-ms 50
+  15 * * * *  outbox prune --retention 30d --dead-letter-retention 90d --delivery-log-retention 7d --pause-ms 50
 `,
 
   'dead-letters': `Usage: outbox dead-letters <list|redrive> [options]
@@ -223,6 +226,38 @@ Options:
   --all                  redrive every dead letter
   --subscription <id>    only this subscription's dead letters
   --json                 print {"redriven": [...], "notDead": [...], "deliveries": [{"eventId", "subscriptionId"}]}
+${databaseOptions()}
+`,
+
+  deliveries: `Usage: outbox deliveries list [options]
+
+The delivery log: every attempt the relay made, per subscription — when, how long, the HTTP status, the start of
+the answer or the error. Open it first when a subscriber says it never got an event.
+
+Commands:
+  list      list attempts, newest first            (outbox deliveries list --help)
+
+Examples:
+  outbox deliveries list --aggregate order:42
+  outbox deliveries list --subscription acme --limit 20
+  outbox deliveries list --event 0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a --json
+`,
+
+  'deliveries list': `Usage: outbox deliveries list [--subscription <s>] [--event <id>] [--aggregate <type:id>] [options]
+
+Lists delivery attempts, newest first: outcome (delivered, failed, conflict for a 409, dead for the attempt that
+dead-lettered the event), HTTP status, duration in ms, and the answer's first characters or the error, cut to one
+line (--json has the whole 500-character excerpt). Which attempts are recorded is the relay's deliveryLog option;
+the log is kept until outbox prune --delivery-log-retention deletes it.
+
+Options:
+  --subscription <s>     only this subscription's attempts: an id (also of a deleted one) or a name
+  --event <id>           only this event's attempts (one history per subscription)
+  --aggregate <type:id>  only this aggregate's attempts, e.g. order:42
+  --json                 print a JSON array of attempts (subscriptionId, eventId, aggregateType, aggregateId,
+                         sequence, attemptedAt, durationMs, httpStatus, outcome, answer, error, cursor)
+  --limit <n>            page size (default ${DEFAULT_LIST_LIMIT}); when a page is full, stderr says how to get the next
+  --after <cursor>       the cursor of the last attempt of the previous page
 ${databaseOptions()}
 `,
 
@@ -278,6 +313,7 @@ export const SUMMARIES: readonly (readonly [string, string])[] = [
   ['stats', 'lag, pending, in-flight, struggling, dead and blocked counts (--watch to follow)'],
   ['prune', 'delete sent events (and optionally dead letters) past retention, in bounded batches'],
   ['dead-letters', 'list dead letters, or redrive them (same event id and sequence)'],
+  ['deliveries', 'the delivery log: each attempt per subscription, its status, duration and answer'],
   ['doctor', 'check that every lane can move (stuck heads, stale blocks, long leases); --repair mends them'],
 ]
 

@@ -12,6 +12,7 @@ const FLAGS = {
   ...DATABASE_FLAGS,
   retention: { type: 'string' },
   'dead-letter-retention': { type: 'string' },
+  'delivery-log-retention': { type: 'string' },
   'batch-size': { type: 'string' },
   'max-batches': { type: 'string' },
   'pause-ms': { type: 'string' },
@@ -32,10 +33,11 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
   const { DEFAULT_OUTBOX_PRUNE_MAX_BATCHES, prune } = producer
   const retention = durationFlag(values.retention, 'retention')!
   const deadLetterRetention = durationFlag(values['dead-letter-retention'], 'dead-letter-retention')
+  const deliveryLogRetention = durationFlag(values['delivery-log-retention'], 'delivery-log-retention')
 
   const progressInPlace = io.stderr.isTTY === true
-  const removedBy = { sent: 0, dead: 0 }
-  const batches = { sent: 0, dead: 0 }
+  const removedBy = { sent: 0, dead: 0, 'delivery-log': 0 }
+  const batches = { sent: 0, dead: 0, 'delivery-log': 0 }
   const interrupt = catchInterrupt()
   try {
     const result = await withFlagNames(values, () =>
@@ -43,6 +45,7 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
         prune(db, {
           retention,
           deadLetterRetention,
+          deliveryLogRetention,
           batchSize,
           maxBatches,
           pauseMs,
@@ -63,12 +66,22 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
         }),
       ),
     )
-    if (progressInPlace && batches.sent + batches.dead > 0) writeLine(io.stderr)
+    if (progressInPlace && batches.sent + batches.dead + batches['delivery-log'] > 0) writeLine(io.stderr)
     const interrupted = interrupt.received
     if (values.json) {
-      writeLine(io.stdout, JSON.stringify({ ...result, sent: removedBy.sent, dead: removedBy.dead }))
+      writeLine(
+        io.stdout,
+        JSON.stringify({
+          ...result,
+          sent: removedBy.sent,
+          dead: removedBy.dead,
+          // Only when asked for: the document stays as it was for those who do not prune the log.
+          ...(deliveryLogRetention === undefined ? {} : { deliveryLog: removedBy['delivery-log'] }),
+        }),
+      )
     } else {
-      const counts = `deleted ${result.removed} rows (${removedBy.sent} sent, ${removedBy.dead} dead letters)`
+      const log = deliveryLogRetention === undefined ? '' : `, ${removedBy['delivery-log']} delivery log`
+      const counts = `deleted ${result.removed} rows (${removedBy.sent} sent, ${removedBy.dead} dead letters${log})`
       if (result.caughtUp) writeLine(io.stdout, `${counts}; caught up`)
       else if (interrupted)
         writeLine(io.stdout, `${counts}; interrupted by ${interrupted}: run it again to finish`)

@@ -14,6 +14,7 @@ const COMMANDS: Readonly<Record<string, () => Promise<CommandRun>>> = {
   stats: async () => (await import('./stats-command.js')).statsCommand,
   prune: async () => (await import('./prune-command.js')).pruneCommand,
   'dead-letters': async () => (await import('./dead-letters-command.js')).deadLettersCommand,
+  deliveries: async () => (await import('./deliveries-command.js')).deliveriesCommand,
   doctor: async () => (await import('./doctor-command.js')).doctorCommand,
   subscriptions: async () => (await import('./subscriptions-command.js')).subscriptionsCommand,
 }

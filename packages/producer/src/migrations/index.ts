@@ -7,6 +7,7 @@ import { migration0006 } from './0006-claim-hashed-busy.js'
 import { migration0007 } from './0007-liveness.js'
 import { migration0008 } from './0008-subscriptions.js'
 import { migration0009 } from './0009-endpoint-health.js'
+import { migration0010 } from './0010-delivery-log.js'
 
 /** One migration of the producer schema: the name the migrator records, and its full SQL text. */
 export interface ProducerMigration {
@@ -33,4 +34,5 @@ export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0007_liveness', sql: migration0007 },
   { name: '0008_subscriptions', sql: migration0008 },
   { name: '0009_endpoint_health', sql: migration0009 },
+  { name: '0010_delivery_log', sql: migration0010 },
 ]

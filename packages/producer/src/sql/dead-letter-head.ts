@@ -1,4 +1,5 @@
 import { sql } from 'kysely'
+import { attemptLogCte } from './delivery-attempt-log.js'
 import {
   type FailureHealth,
   failureHealthCte,
@@ -43,7 +44,7 @@ export async function deadLetterHead(
           conflict_count = 0, watch_starts = false
       WHERE claim_token = ${failure.claimToken}
       RETURNING subscription_id, aggregate_type, aggregate_id
-    )${health}, head AS (
+    )${health}${attemptLogCte(schema, failure.log, 'dead', failure.charged === true)}, head AS (
       UPDATE ${outbox} o
       SET status = 'dead', dead_at = now(), attempts = ${failure.attempts}, last_status = ${failure.httpStatus},
           last_error = ${failure.error}, last_attempt_at = ${failure.attemptedAt},

@@ -1,4 +1,5 @@
 import { sql } from 'kysely'
+import { type AttemptRecord, deliveredLogCte } from './delivery-attempt-log.js'
 import { streakResetCte } from './endpoint-health.js'
 import type { SqlContext } from './sql-context.js'
 
@@ -11,6 +12,8 @@ export interface SentMark {
   readonly attemptedAt: Date
   /** A stored subscription's id: its 2xx ends the breaker's failure streak. Absent for the implicit subscription. */
   readonly subscriptionId?: string
+  /** The attempt for the delivery log; absent when the relay does not log 2xx answers. */
+  readonly attempt?: AttemptRecord
 }
 
 /** A lane to hand back: its claim ends, and a 409 park ends too if any of its events went through. */
@@ -37,7 +40,8 @@ export interface MarkSentResult {
  * replaces a transaction per event (≈ 5× the throughput). Every write is fenced by the claim token: a relay whose
  * lease was taken over can neither mark nor release the new owner's lane.
  *
- * A 2xx of a stored subscription also ends its endpoint breaker's failure streak, in the same statement.
+ * A 2xx of a stored subscription also ends its endpoint breaker's failure streak, and each logged 2xx becomes a
+ * row of the delivery log, in the same statement: that bookkeeping is written per batch, never per request.
  *
  * It also counts the released lanes that still hold pending rows (events enqueued while the lane was leased, or
  * a hot lane's next batch), so the relay wakes its claim loop for those alone rather than after every release.
@@ -56,6 +60,7 @@ export async function markSentAndRelease(
   const streaks = [
     ...new Set(marks.flatMap((mark) => (mark.subscriptionId === undefined ? [] : [mark.subscriptionId]))),
   ]
+  const logged = marks.flatMap((mark) => (mark.attempt === undefined ? [] : [mark.attempt]))
   // Raw SQL: data-modifying CTEs over unnest arrays, which the builder cannot put in one statement.
   const { rows } = await sql<{ marked: string; released: string; released_with_work: string }>`
     WITH m AS (
@@ -87,7 +92,7 @@ export async function markSentAndRelease(
       FROM r
       WHERE l.claim_token = r.claim_token
       RETURNING l.subscription_id, l.aggregate_type, l.aggregate_id
-    )${streakResetCte(schema, streaks)}
+    )${streakResetCte(schema, streaks)}${deliveredLogCte(schema, logged)}
     SELECT (SELECT count(*) FROM marked) AS marked, (SELECT count(*) FROM released) AS released,
       (SELECT count(*) FROM released rl WHERE EXISTS (
         SELECT 1 FROM ${outbox} o

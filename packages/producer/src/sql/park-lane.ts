@@ -1,9 +1,10 @@
 import { sql } from 'kysely'
+import { type AttemptRecord, attemptLogCte } from './delivery-attempt-log.js'
 import type { SqlContext } from './sql-context.js'
 
 /**
  * Parks a lane after a 409 (the consumer waits for an earlier sequence it never got): NOT an attempt — the head's
- * attempts stay — but the lane is reported blocked and waits a capped, growing delay before it tries again,
+ * attempts stay, though the delivery log records the request — but the lane is reported blocked and waits a capped, growing delay before it tries again,
  * because waiting alone never heals the gap. Releases the lane; fenced by the claim token.
  */
 export async function parkLane(
@@ -15,13 +16,15 @@ export async function parkLane(
     readonly error: string
     readonly attemptedAt: Date
     readonly delayMs: number
+    /** The 409 for the delivery log; absent when the relay does not log failures. */
+    readonly log?: AttemptRecord
   },
 ): Promise<boolean> {
   const { db, schema } = ctx
   const { delayMs } = park
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
-  // Raw SQL: three data-modifying CTEs (park, record the answer, move the lane's rows) in one fenced statement.
+  // Raw SQL: data-modifying CTEs (park, record the answer and log it, move the lane's rows) in one fenced statement.
   const { rows } = await sql<{ owned: boolean }>`
     WITH released AS (
       UPDATE ${lane}
@@ -29,7 +32,7 @@ export async function parkLane(
           blocked_at = coalesce(blocked_at, now()), conflict_count = conflict_count + 1
       WHERE claim_token = ${park.claimToken}
       RETURNING subscription_id, aggregate_type, aggregate_id
-    ), head AS (
+    )${attemptLogCte(schema, park.log, 'conflict')}, head AS (
       UPDATE ${outbox} o
       SET last_status = 409, last_error = ${park.error}, last_attempt_at = ${park.attemptedAt},
           available_at = now() + ${delayMs} * interval '1 millisecond'

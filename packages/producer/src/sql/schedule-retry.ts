@@ -1,4 +1,5 @@
 import { sql } from 'kysely'
+import { attemptLogCte } from './delivery-attempt-log.js'
 import {
   type FailureHealth,
   failureHealthCte,
@@ -41,7 +42,7 @@ export async function scheduleRetry(
           conflict_count = 0
       WHERE claim_token = ${failure.claimToken}
       RETURNING subscription_id, aggregate_type, aggregate_id
-    )${health}, head AS (
+    )${health}${attemptLogCte(schema, failure.log, 'failed', failure.charged === true)}, head AS (
       UPDATE ${outbox} o
       SET attempts = ${failure.attempts}, last_status = ${failure.httpStatus}, last_error = ${failure.error},
           last_attempt_at = ${failure.attemptedAt}, first_failed_at = coalesce(o.first_failed_at, now()),

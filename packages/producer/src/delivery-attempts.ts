@@ -1,0 +1,144 @@
+import type { Kysely } from 'kysely'
+import { invalidOption } from './errors.js'
+import { resolveSchema } from './schema-name.js'
+import type { AttemptOutcome } from './sql/delivery-attempt-log.js'
+import { type DeliveryAttemptFilter, selectDeliveryAttempts } from './sql/select-delivery-attempts.js'
+
+/** One attempt to deliver one event to one subscription, as the delivery log keeps it. */
+export interface DeliveryAttempt {
+  readonly subscriptionId: string
+  readonly eventId: string
+  readonly aggregateType: string
+  readonly aggregateId: string
+  readonly sequence: number
+  /** When the request started (the relay's clock). */
+  readonly attemptedAt: Date
+  /** From the request's start to its outcome; null for an attempt charged when a relay took a lane over. */
+  readonly durationMs: number | null
+  /** The answer's status; null when no answer came (timeout, network error, refused address, takeover). */
+  readonly httpStatus: number | null
+  /**
+   * `delivered` (2xx), `failed` (retried later), `conflict` (409: the lane parked, not an attempt against the
+   * event's budget) or `dead` (the attempt after which the event was dead-lettered).
+   */
+  readonly outcome: AttemptOutcome
+  /** The answer body's first 500 characters; null when no answer came. */
+  readonly answer: string | null
+  /** Why no answer came; null when one did. */
+  readonly error: string | null
+  /** Pass to `after` to get the next (older) page. */
+  readonly cursor: string
+}
+
+/** Options of {@link listDeliveryAttempts}: every filter given must hold. */
+export interface ListDeliveryAttemptsOptions {
+  /** Only this subscription's attempts (its id; the relay's `endpoint` is `IMPLICIT_SUBSCRIPTION_ID`). */
+  readonly subscriptionId?: string
+  /** Only this event's attempts. */
+  readonly eventId?: string
+  /** Only this aggregate type's attempts (with `aggregateId`). */
+  readonly aggregateType?: string
+  /** Only this aggregate's attempts (with `aggregateType`). */
+  readonly aggregateId?: string
+  /** Page size. @defaultValue 100 */
+  readonly limit?: number
+  /** The `cursor` of the last attempt of the previous page. */
+  readonly after?: string
+  /** @defaultValue 'public' */
+  readonly schema?: string
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
+function uuidOption(value: string | undefined, name: string): string | undefined {
+  if (value === undefined) return undefined
+  if (typeof value !== 'string' || !UUID.test(value)) {
+    throw invalidOption(name, value, (spell, got) => `${spell(name)} must be a uuid, got ${got}`)
+  }
+  return value.toLowerCase()
+}
+
+function aggregateOf(options: ListDeliveryAttemptsOptions): DeliveryAttemptFilter['aggregate'] {
+  const { aggregateType: type, aggregateId: id } = options
+  if (type === undefined && id === undefined) return undefined
+  if (typeof type !== 'string' || typeof id !== 'string') {
+    const missing = typeof type !== 'string' ? 'aggregateType' : 'aggregateId'
+    throw invalidOption(
+      missing,
+      options[missing],
+      (spell) =>
+        `give ${spell('aggregateType')} and ${spell('aggregateId')} together (an aggregate is the pair)`,
+    )
+  }
+  return { type, id }
+}
+
+/**
+ * Lists the delivery log, newest first: each attempt the relay made for one subscription — when, how long, the
+ * HTTP status, the start of the answer or the error — what to open first when a subscriber says it never got an
+ * event. Attempts are recorded as the relay's `deliveryLog` option says, and kept until `prune` is given a
+ * `deliveryLogRetention`. Two subscriptions of one event have two separate histories.
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { listDeliveryAttempts } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * const page = await listDeliveryAttempts(db, { aggregateType: 'order', aggregateId: '42', limit: 20 })
+ * for (const attempt of page) console.log(attempt.attemptedAt, attempt.outcome, attempt.httpStatus, attempt.answer)
+ * const older = await listDeliveryAttempts(db, { aggregateType: 'order', aggregateId: '42', after: page.at(-1)?.cursor })
+ * ```
+ */
+export async function listDeliveryAttempts(
+  db: Kysely<any>,
+  options: ListDeliveryAttemptsOptions = {},
+): Promise<DeliveryAttempt[]> {
+  const limit = options.limit ?? 100
+  if (!Number.isSafeInteger(limit) || limit <= 0) {
+    throw invalidOption(
+      'limit',
+      options.limit,
+      (name, got) => `${name('limit')} must be a positive integer, got ${got}`,
+    )
+  }
+  const filter: DeliveryAttemptFilter = {
+    subscriptionId: uuidOption(options.subscriptionId, 'subscriptionId'),
+    eventId: uuidOption(options.eventId, 'eventId'),
+    aggregate: aggregateOf(options),
+  }
+  const rows = await selectDeliveryAttempts(
+    { db, schema: resolveSchema(options.schema) },
+    { filter, limit, after: decodeCursor(options.after) },
+  )
+  return rows.map((row) => ({
+    subscriptionId: row.subscription_id,
+    eventId: row.event_id,
+    aggregateType: row.aggregate_type,
+    aggregateId: row.aggregate_id,
+    sequence: Number(row.sequence),
+    attemptedAt: row.attempted_at,
+    durationMs: row.duration_ms,
+    httpStatus: row.http_status,
+    outcome: row.outcome,
+    answer: row.answer,
+    error: row.error,
+    cursor: `${row.attempted_at_cursor}_${row.id}`,
+  }))
+}
+
+// The cursor keeps attempted_at to the microsecond (see select-delivery-attempts.ts), as text PostgreSQL reads back
+// exactly.
+const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z)_(\d{1,19})$/
+
+function decodeCursor(cursor: string | undefined): { attemptedAt: string; id: string } | undefined {
+  if (cursor === undefined) return undefined
+  const match = typeof cursor === 'string' ? CURSOR.exec(cursor) : null
+  if (!match || Number.isNaN(Date.parse(match[1]!))) {
+    throw invalidOption(
+      'after',
+      cursor,
+      (name, got) => `${name('after')} must be the cursor of a listed delivery attempt, got ${got}`,
+    )
+  }
+  return { attemptedAt: match[1]!, id: match[2]! }
+}
