@@ -77,6 +77,7 @@ describe('stats', () => {
           name: 'default',
           state: 'enabled',
           tenant: null,
+          breaker: 'closed',
           lagSeconds: 0,
           pending: 0,
           inFlight: 0,
