@@ -169,11 +169,11 @@ const deletes = fc
  * and time enough for backoffs), and then redrives and prunes that race them.
  */
 export const laneCommands: fc.Arbitrary<Command>[] = [
-  ...times(4, enqueues),
+  ...times(5, enqueues),
   ...times(2, finishes),
   ...times(5, relaySteps),
   ...times(6, subscriberAnswers),
-  ...times(3, advances),
+  ...times(4, advances),
   crashes,
   stops,
   ...times(2, redrives),
