@@ -1,5 +1,5 @@
 import fc from 'fast-check'
-import type { LaneSystem, SystemConfig } from './lane-system.js'
+import type { LaneSystem, SubscriptionFilter, SystemConfig } from './lane-system.js'
 import type { Answer } from './model-sink.js'
 
 /** The model's own state: empty, since every command applies to any state (a command with nothing to act on does nothing). */
@@ -50,11 +50,23 @@ function times(count: number, arbitrary: fc.Arbitrary<Command>): fc.Arbitrary<Co
   return Array.from({ length: count }, () => arbitrary)
 }
 
+/** The event types and tenants enqueues draw from, and filters are made of: small, so filters often match. */
+const eventTypes = fc.constantFrom('order.created', 'order.updated', 'invoice.paid')
+const tenants = fc.constantFrom<string | null>(null, 't1', 't2')
+
 const enqueues = fc
-  .record({ aggregate: fc.nat(2), end: fc.constantFrom('commit', 'commit', 'commit', 'rollback', 'hold') })
-  .map(({ aggregate, end }) =>
-    command(`enqueue(a${aggregate}, ${end})`, (system) =>
-      system.enqueue(aggregate % system.config.aggregates, end as 'commit' | 'rollback' | 'hold'),
+  .record({
+    aggregate: fc.nat(2),
+    end: fc.constantFrom('commit', 'commit', 'commit', 'rollback', 'hold'),
+    eventType: eventTypes,
+    tenant: tenants,
+  })
+  .map(({ aggregate, end, eventType, tenant }) =>
+    command(`enqueue(a${aggregate}, ${eventType}, tenant ${tenant}, ${end})`, (system) =>
+      system.enqueue(aggregate % system.config.aggregates, end as 'commit' | 'rollback' | 'hold', {
+        eventType,
+        tenant,
+      }),
     ),
   )
 
@@ -102,31 +114,95 @@ const prunes = fc
     ),
   )
 
+/** A subscription's filter: none, a tenant, a type list or prefix, or both. */
+const filters: fc.Arbitrary<SubscriptionFilter> = fc.record({
+  tenant: tenants,
+  eventTypes: fc.constantFrom<readonly string[] | null>(
+    null,
+    null,
+    ['order.*'],
+    ['order.created'],
+    ['invoice.paid', 'order.updated'],
+  ),
+})
+
+const describeFilter = (filter: SubscriptionFilter) =>
+  `tenant ${filter.tenant}, types ${filter.eventTypes === null ? 'all' : filter.eventTypes.join('|')}`
+
+const creates = fc
+  .record({ slot: fc.nat(1), filter: filters })
+  .map(({ slot, filter }) =>
+    command(`createSubscription(s${slot}, ${describeFilter(filter)})`, (system) =>
+      system.createSubscription(slot, filter),
+    ),
+  )
+
+const filterChanges = fc
+  .record({ slot: fc.nat(1), filter: filters })
+  .map(({ slot, filter }) =>
+    command(`changeFilter(s${slot}, ${describeFilter(filter)})`, (system) =>
+      system.changeFilter(slot, filter),
+    ),
+  )
+
+/** Disable or enable: a stored slot mostly, the implicit subscription now and then. */
+const toggles = fc
+  .record({
+    target: fc.oneof(
+      { arbitrary: fc.nat(1), weight: 3 },
+      { arbitrary: fc.constant<'implicit'>('implicit'), weight: 1 },
+    ),
+    enabled: fc.boolean(),
+  })
+  .map(({ target, enabled }) =>
+    command(`${enabled ? 'enable' : 'disable'}(${target === 'implicit' ? target : `s${target}`})`, (system) =>
+      system.setEnabled(target, enabled),
+    ),
+  )
+
+const deletes = fc
+  .nat(1)
+  .map((slot) => command(`deleteSubscription(s${slot})`, (system) => system.deleteSubscription(slot)))
+
 /**
  * Every command the model draws from, weighted so a run of 60 commands often meets dead letters (failing answers
  * and time enough for backoffs), and then redrives and prunes that race them.
  */
 export const laneCommands: fc.Arbitrary<Command>[] = [
-  ...times(4, enqueues),
+  ...times(5, enqueues),
   ...times(2, finishes),
   ...times(5, relaySteps),
   ...times(6, subscriberAnswers),
-  ...times(3, advances),
+  ...times(4, advances),
   crashes,
   stops,
   ...times(2, redrives),
   ...times(2, prunes),
+  ...times(2, creates),
+  filterChanges,
+  ...times(2, toggles),
+  deletes,
 ]
 
-/** The shape of a run: 1–3 relays (mixed 'skip'/'block' fleets too), 2–3 aggregates, 2–3 attempts. */
+/**
+ * The shape of a run: 2–3 relays (mixed 'skip'/'block' fleets too) — the first serves the implicit subscription,
+ * the second the stored ones, a third either — 2–3 aggregates, 2–3 attempts.
+ */
 export const systemConfigs: fc.Arbitrary<SystemConfig> = fc.record({
-  relays: fc.array(
-    fc.record({
-      concurrency: fc.integer({ min: 1, max: 2 }),
-      onExhausted: fc.constantFrom('skip' as const, 'block' as const),
-    }),
-    { minLength: 1, maxLength: 3 },
-  ),
+  relays: fc
+    .array(
+      fc.record({
+        concurrency: fc.integer({ min: 1, max: 2 }),
+        onExhausted: fc.constantFrom('skip' as const, 'block' as const),
+        serves: fc.constantFrom('implicit' as const, 'stored' as const),
+      }),
+      { minLength: 2, maxLength: 3 },
+    )
+    .map((relays) => [
+      { ...relays[0]!, serves: 'implicit' as const },
+      { ...relays[1]!, serves: 'stored' as const },
+      ...relays.slice(2),
+    ]),
   aggregates: fc.integer({ min: 2, max: 3 }),
   retrySchedule: fc.constantFrom([5_000], [5_000], [5_000, 300_000]),
   batchSize: fc.integer({ min: 1, max: 3 }),

@@ -1,13 +1,17 @@
 import { randomUUID } from 'node:crypto'
 import {
-  checkIntegrity,
+  createSubscription,
+  deleteSubscription,
+  disableSubscription,
+  enableSubscription,
   enqueue,
-  listDeadLetters,
+  IMPLICIT_SUBSCRIPTION_ID,
   type OnExhausted,
   prune,
   retryHorizonMs,
   silentLogger,
   stats,
+  updateSubscription,
 } from '@outbox/producer'
 import { type ControlledTransaction, type Kysely, sql } from 'kysely'
 import { Relay, type RelayTestHooks, relayTestHooks } from '../../packages/producer/src/relay.js'
@@ -15,11 +19,21 @@ import { RELAY_RUNTIME } from '../../packages/producer/src/runtime.js'
 import { redriveDead } from '../../packages/producer/src/sql/redrive-dead.js'
 import { ManualClock } from './manual-clock.js'
 import { ModelPool } from './model-pool.js'
-import { type Answer, type HeldRequest, ModelSink } from './model-sink.js'
+import { type Answer, type HeldRequest, IMPLICIT, ModelSink } from './model-sink.js'
+import { IMPLICIT_ROUTE, type Route, routeEvent } from './routing-model.js'
+import { checkIntegrityPerSubscription, createIntegrityScratch } from './subscription-integrity.js'
 
 /** The shape of one model run, drawn by fast-check. */
 export interface SystemConfig {
-  readonly relays: readonly { readonly concurrency: number; readonly onExhausted: OnExhausted }[]
+  /**
+   * Each relay serves the implicit subscription (its `endpoint`) or the stored subscriptions (no endpoint, as
+   * `outbox relay` without `--endpoint` runs).
+   */
+  readonly relays: readonly {
+    readonly concurrency: number
+    readonly onExhausted: OnExhausted
+    readonly serves: 'implicit' | 'stored'
+  }[]
   readonly aggregates: number
   readonly retrySchedule: readonly number[]
   readonly batchSize: number
@@ -34,14 +48,46 @@ export const REQUEST_TIMEOUT_MS = 10_000
 /** Most transactions held open at once: more only repeat what two or three already show, and cost connections. */
 const MAX_HELD = 4
 
+/** Stored subscriptions at once: two already show fan-out, filters and one paused beside one running. */
+export const SUBSCRIPTION_SLOTS = 2
+
+/** What a subscription command asks for: a stored slot, or (disable/enable only) the implicit subscription. */
+export type SubscriptionTarget = number | 'implicit'
+
+/** A filter a subscription is created with or changed to. */
+export interface SubscriptionFilter {
+  readonly tenant: string | null
+  readonly eventTypes: readonly string[] | null
+}
+
+/** One stored subscription's place in the model: created, changed, paused and deleted by command. */
+interface SubscriptionSlot {
+  readonly index: number
+  /** Bumped by each create, so a subscription created after a delete has a key (and a consumer source) of its own. */
+  generation: number
+  /** The model key of the subscription in this slot (its URL path and consumer source), while it exists. */
+  key?: string
+  id?: string
+  /** A command on it is still running (waiting at the routing barrier): the next one on it waits its turn. */
+  busy: boolean
+}
+
 /** An open transaction the model commits or rolls back later. */
 interface HeldTransaction {
   readonly kind: 'enqueue' | 'redrive'
   readonly trx: ControlledTransaction<any>
   readonly pid: number
-  /** The enqueue's event, once its statement ran (it may be waiting on a lock). */
-  event?: { readonly eventId: string; readonly sequence: number; readonly aggregateId: string }
-  /** Event ids a held redrive revived (they count as revived once it commits). */
+  /**
+   * The enqueue's event, once its statement ran (it may be waiting on a lock), with the subscriptions the model
+   * routed it to.
+   */
+  event?: {
+    readonly eventId: string
+    readonly sequence: number
+    readonly aggregateId: string
+    readonly routedTo: readonly string[]
+  }
+  /** Deliveries (`delivery key`s) a held redrive revived (they count as revived once it commits). */
   revived?: readonly string[]
   /** Runs while the transaction's statement may still wait on a lock. */
   work: Promise<void>
@@ -64,8 +110,11 @@ interface RelaySlot {
   ending?: 'crash' | 'stop'
 }
 
-/** What the oracle knows of one event, from the commands alone. */
+/** What the oracle knows of one event's delivery to one subscription, from the commands alone. */
 interface EventRecord {
+  /** The subscription's model key. */
+  readonly subscription: string
+  readonly eventId: string
   readonly aggregateId: string
   readonly sequence: number
   /** Requests answered (or cut) in a way the relay counts as a failed attempt, since its last redrive. */
@@ -80,6 +129,11 @@ interface EventRecord {
   deadSince?: number
   /** A prune whose dead-letter retention it had outlived finished while it was a dead letter: it may be gone. */
   mayBePruned: boolean
+}
+
+/** One delivery's key: an event as one subscription receives it. */
+function deliveryKey(subscription: string, eventId: string): string {
+  return `${subscription}|${eventId}`
 }
 
 function seeded(seed: number): () => number {
@@ -97,10 +151,12 @@ function sleep(ms: number): Promise<void> {
 /**
  * The system under test, for the model-based test: the real producer SQL and relays (stepped by command, their
  * clock and database time moved together by command), enqueue transactions held open on their own connections,
- * redrive and prune, and the real `dedupe` on a second database behind a sink whose every answer is scripted.
+ * redrive and prune, subscriptions created, changed, paused and deleted, and the real `dedupe` on a second database
+ * (one consumer `source` per subscription) behind a sink whose every answer is scripted.
  *
- * The oracle is computed from the commands alone — which events committed, what the subscriber was told to answer
- * to each request, which crashes cut which requests — never from the outbox's own columns.
+ * The oracle is computed from the commands alone — which events committed and which subscriptions the routing
+ * rules gave each of them, what the subscriber was told to answer to each request, which crashes cut which
+ * requests — never from the outbox's own columns.
  */
 export class LaneSystem {
   /** Systems not yet disposed: a run cut short (a test timeout) is disposed by the test file's afterAll. */
@@ -108,8 +164,13 @@ export class LaneSystem {
   readonly clock = new ManualClock()
   readonly maxAttempts: number
   readonly horizonMs: number
+  /** Every committed event's delivery to each subscription it was routed to, by {@link deliveryKey}. */
   readonly events = new Map<string, EventRecord>()
   readonly rolledBack = new Set<string>()
+  /** Subscriptions deleted: what they had not applied was deleted with them, by request. */
+  readonly deleted = new Set<string>()
+  /** Stored subscriptions ever created (a tally for the test). */
+  created = 0
   /** Broken promises found along the way (early dead letters, …). */
   readonly violations: string[] = []
   /** Dead letters written during the current command, judged when it has settled (see `#dead`). */
@@ -120,6 +181,26 @@ export class LaneSystem {
   readonly #slots: RelaySlot[] = []
   readonly #held: HeldTransaction[] = []
   readonly #background: BackgroundWork[] = []
+  /**
+   * The routing every subscription has as of its last committed change, by model key: what an enqueue that takes
+   * its counter lock now routes by.
+   */
+  readonly #routes = new Map<string, Route>([[IMPLICIT, IMPLICIT_ROUTE]])
+  /** Subscription ids to model keys. */
+  readonly #keys = new Map<string, string>([[IMPLICIT_SUBSCRIPTION_ID, IMPLICIT]])
+  readonly #subscriptions: SubscriptionSlot[] = Array.from({ length: SUBSCRIPTION_SLOTS }, (_, index) => ({
+    index,
+    generation: 0,
+    busy: false,
+  }))
+  #implicitBusy = false
+  /**
+   * Subscription commands behind the routing barrier still running (waiting on held enqueues): an enqueue issued now
+   * queues behind every one of them (PostgreSQL grants the counter table's locks in request order).
+   */
+  readonly #barriers = new Set<Promise<void>>()
+  /** Set while a crash or stop command runs: a stored subscription's request cut meanwhile was cut by it. */
+  #ending: 'crash' | 'stop' | undefined
   readonly #sink: ModelSink
   /** The writers' own pool (enqueues, redrives), so open transactions never starve the model's checks. */
   readonly #writers: ModelPool
@@ -149,6 +230,11 @@ export class LaneSystem {
     consumer: Kysely<any>,
   ): Promise<LaneSystem> {
     await sql`TRUNCATE outbox, outbox_counter, outbox_lane`.execute(producer)
+    await sql`DELETE FROM outbox_subscription WHERE id <> ${IMPLICIT_SUBSCRIPTION_ID}::uuid`.execute(producer)
+    await sql`UPDATE outbox_subscription SET state = 'enabled', disabled_reason = NULL, disabled_at = NULL`.execute(
+      producer,
+    )
+    await createIntegrityScratch(producer)
     await sql`TRUNCATE processed_events, consumer_cursors, model_effects`.execute(consumer)
     const system = new LaneSystem(config, producer, producerUrl, consumer)
     LaneSystem.live.add(system)
@@ -180,17 +266,22 @@ export class LaneSystem {
     const pool = new ModelPool(this.producerUrl, `model-relay-${index}-${this.#generation++}`)
     const relay = new Relay({
       db: pool.kysely(),
-      endpoint: this.#sink.urlFor(index),
+      ...(relays[index]!.serves === 'implicit'
+        ? { endpoint: this.#sink.urlFor(index) }
+        : { allowPrivateNetworks: true }),
       leaseMs: LEASE_MS,
       requestTimeoutMs: REQUEST_TIMEOUT_MS,
       concurrency: relays[index]!.concurrency,
       batchSize,
       retrySchedule,
       onExhausted: relays[index]!.onExhausted,
+      // The model moves time by shifting the outbox's timestamps; the endpoint breaker's are not among them, and its
+      // pauses would stand in for the retries whose give-up rules this model checks.
+      endpointBreaker: false,
       logger: silentLogger,
       [RELAY_RUNTIME]: { clock: this.clock, random: this.#random },
-    } as ConstructorParameters<typeof Relay>[0])
-    relay.on('delivery:dead', (dead) => this.#dead(dead.eventId))
+    } as unknown as ConstructorParameters<typeof Relay>[0])
+    relay.on('delivery:dead', (dead) => this.#dead(dead.subscriptionId, dead.eventId))
     const hooks = relayTestHooks(relay)
     await hooks.startStepping()
     this.#slots[index] = { index, relay, hooks, pool }
@@ -211,9 +302,11 @@ export class LaneSystem {
   async crash(index: number): Promise<void> {
     const slot = this.#slots[index]!
     slot.ending = 'crash'
+    this.#ending = 'crash'
     await slot.pool.kill(this.producer)
     slot.hooks.crash()
     await this.settle()
+    this.#ending = undefined
     await slot.pool.end()
     await this.#startRelay(index)
   }
@@ -222,8 +315,10 @@ export class LaneSystem {
   async stop(index: number): Promise<void> {
     const slot = this.#slots[index]!
     slot.ending = 'stop'
+    this.#ending = 'stop'
     await slot.relay.stop({ timeoutMs: 0 })
     await this.settle()
+    this.#ending = undefined
     await slot.pool.end()
     await this.#startRelay(index)
   }
@@ -235,17 +330,20 @@ export class LaneSystem {
     const held = this.#sink.held
     if (held.length === 0) return
     const request = held[pick % held.length]!
-    const record = this.events.get(request.eventId)
+    const record = this.events.get(deliveryKey(request.subscription, request.eventId))
     const failed = answer !== 'ok' && answer !== '409'
     if (record && failed) this.#failure(record)
     await request.answer(answer)
     await this.settle()
   }
 
-  /** A request the relay cut itself: its timeout (a failed attempt), its crash, or its stop (not an attempt). */
+  /**
+   * A request the relay cut itself: its timeout (a failed attempt), its crash, or its stop (not an attempt). A stored
+   * subscription's URL does not say which relay sent it: only a crash or stop command cuts a request while it runs.
+   */
   #closedByRelay(request: HeldRequest): void {
-    const record = this.events.get(request.eventId)
-    const ending = this.#slots[request.relay]?.ending
+    const record = this.events.get(deliveryKey(request.subscription, request.eventId))
+    const ending = request.relay >= 0 ? this.#slots[request.relay]?.ending : this.#ending
     if (!record || ending === 'stop') return
     if (ending === 'crash') {
       record.crashesOpen += 1
@@ -260,10 +358,13 @@ export class LaneSystem {
     record.firstFailureAt ??= this.timeMs
   }
 
-  #dead(eventId: string): void {
-    const record = this.events.get(eventId)
+  #dead(subscriptionId: string, eventId: string): void {
+    const subscription = this.#keyOf(subscriptionId)
+    const record = this.events.get(deliveryKey(subscription, eventId))
     if (!record) {
-      this.violations.push(`an event no enqueue committed was dead-lettered: ${eventId}`)
+      this.violations.push(
+        `a delivery no committed enqueue routed was dead-lettered: ${subscription} ${eventId}`,
+      )
       return
     }
     record.everDead = true
@@ -280,7 +381,7 @@ export class LaneSystem {
       const failingMs = record.firstFailureAt === undefined ? 0 : atMs - record.firstFailureAt
       if (own < this.maxAttempts || failingMs < this.horizonMs) {
         this.violations.push(
-          `${record.aggregateId}/${record.sequence} dead-lettered early: ${record.failed} failed requests and ` +
+          `${record.subscription} ${record.aggregateId}/${record.sequence} dead-lettered early: ${record.failed} failed requests and ` +
             `${record.crashesOpen} crashes while its request was open (maxAttempts ${this.maxAttempts}), failing ` +
             `for ${failingMs} ms (horizon ${this.horizonMs} ms)`,
         )
@@ -290,22 +391,50 @@ export class LaneSystem {
 
   // ---- writers: enqueue, redrive, prune ----
 
-  /** Enqueues one event on its own connection; `hold` leaves its transaction open for a later commit or rollback. */
-  async enqueue(aggregate: number, end: 'commit' | 'rollback' | 'hold'): Promise<void> {
+  /**
+   * Enqueues one event on its own connection; `hold` leaves its transaction open for a later commit or rollback.
+   *
+   * Its routing, for the oracle: the subscriptions as they are when its counter upsert runs. A subscription change
+   * behind the routing barrier that is still waiting when the enqueue is issued is ahead of it in the counter table's
+   * lock queue, so the enqueue routes after it; any other committed change is already in the model's routes when the
+   * enqueue's statement returns (a later barrier waits for this transaction, which commits only after that). The
+   * routing the database wrote, read back in the enqueue's own transaction, is only a cross-check of it.
+   */
+  async enqueue(
+    aggregate: number,
+    end: 'commit' | 'rollback' | 'hold',
+    event: { readonly eventType: string; readonly tenant: string | null } = {
+      eventType: 'order.updated',
+      tenant: null,
+    },
+  ): Promise<void> {
     const aggregateId = `a${aggregate}`
     if (this.#held.length >= MAX_HELD) return
     const trx = await this.#writerDb.startTransaction().execute()
     const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx)
     const held: HeldTransaction = { kind: 'enqueue', trx, pid: rows[0]!.pid, work: Promise.resolve() }
     const tag = randomUUID()
+    const ahead = [...this.#barriers]
     held.work = this.#inBackground(`enqueue ${aggregateId}`, held.pid, async () => {
       const { eventId, sequence } = await enqueue(trx, {
         aggregateType: 'order',
         aggregateId,
-        eventType: 'order.updated',
+        eventType: event.eventType,
+        ...(event.tenant === null ? {} : { tenant: event.tenant }),
         payload: { tag },
       })
-      held.event = { eventId, sequence, aggregateId }
+      await Promise.all(ahead)
+      const routedTo = routeEvent(this.#routes, event)
+      const { rows: written } = await sql<{ subscription_id: string }>`
+        SELECT subscription_id FROM outbox WHERE event_id = ${eventId}`.execute(trx)
+      const inDatabase = written.map((row) => this.#keyOf(row.subscription_id)).sort()
+      if (inDatabase.join() !== routedTo.join()) {
+        this.violations.push(
+          `${aggregateId}/${sequence} (${event.eventType}, tenant ${event.tenant}) routed to [${inDatabase}], the ` +
+            `routing rules give [${routedTo}] (routes ${JSON.stringify([...this.#routes])})`,
+        )
+      }
+      held.event = { eventId, sequence, aggregateId, routedTo }
     })
     this.#held.push(held)
     await this.settle()
@@ -314,19 +443,31 @@ export class LaneSystem {
 
   /** Redrives every dead letter, or the `pick`-th; `hold` leaves the redrive's transaction open. */
   async redrive(pick: number | 'all', hold: boolean): Promise<void> {
-    let ids: string[] | 'all' = 'all'
+    let request: { eventIds: string[] | 'all'; subscriptionId?: string } = { eventIds: 'all' }
     if (pick !== 'all') {
-      const dead = await listDeadLetters(this.producer, { limit: 1000 })
+      const { rows: dead } = await sql<{ event_id: string; subscription_id: string }>`
+        SELECT event_id, subscription_id FROM outbox WHERE status = 'dead' ORDER BY id`.execute(this.producer)
       if (dead.length === 0) return
-      ids = [dead[pick % dead.length]!.eventId]
+      const chosen = dead[pick % dead.length]!
+      request = { eventIds: [chosen.event_id], subscriptionId: chosen.subscription_id }
     }
     if (this.#held.length >= MAX_HELD) return
     const trx = await this.#writerDb.startTransaction().execute()
     const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(trx)
     const held: HeldTransaction = { kind: 'redrive', trx, pid: rows[0]!.pid, work: Promise.resolve() }
     held.work = this.#inBackground('redrive', held.pid, async () => {
-      const revived = await redriveDead({ db: trx, schema: 'public' }, { eventIds: ids })
-      held.revived = revived.map((delivery) => delivery.eventId)
+      const deliveries = await redriveDead({ db: trx, schema: 'public' }, request)
+      const eventIds = new Set(deliveries.map((delivery) => delivery.eventId))
+      // The deliveries it revived: a revived event id's dead deliveries, of the one subscription when it named one.
+      const only = request.subscriptionId === undefined ? undefined : this.#keyOf(request.subscriptionId)
+      held.revived = [...this.events.values()]
+        .filter(
+          (record) =>
+            eventIds.has(record.eventId) &&
+            record.deadSince !== undefined &&
+            (only === undefined || record.subscription === only),
+        )
+        .map((record) => deliveryKey(record.subscription, record.eventId))
     })
     this.#held.push(held)
     await this.settle()
@@ -347,14 +488,19 @@ export class LaneSystem {
     else await held!.trx.rollback().execute()
     if (held!.kind === 'enqueue' && held!.event) {
       if (end === 'commit') {
-        this.events.set(held!.event.eventId, {
-          aggregateId: held!.event.aggregateId,
-          sequence: held!.event.sequence,
-          failed: 0,
-          crashesOpen: 0,
-          everDead: false,
-          mayBePruned: false,
-        })
+        const { eventId, aggregateId, sequence, routedTo } = held!.event
+        for (const subscription of routedTo) {
+          this.events.set(deliveryKey(subscription, eventId), {
+            subscription,
+            eventId,
+            aggregateId,
+            sequence,
+            failed: 0,
+            crashesOpen: 0,
+            everDead: false,
+            mayBePruned: false,
+          })
+        }
       } else {
         this.rolledBack.add(held!.event.eventId)
       }
@@ -397,12 +543,139 @@ export class LaneSystem {
     await this.settle()
   }
 
-  /** Runs `work` on a single-connection pool of its own, watched like any background statement. */
-  async #inBackgroundDb(label: string, work: (db: Kysely<any>) => Promise<void>): Promise<void> {
-    const pool = new ModelPool(this.producerUrl, `model-${label}-${this.#generation++}`)
+  /**
+   * Runs `work` on a single-connection pool of its own, watched like any background statement; resolves once it
+   * is under way, with a promise of its end (which never rejects: a failure is a violation).
+   */
+  async #inBackgroundDb(
+    label: string,
+    work: (db: Kysely<any>) => Promise<void>,
+  ): Promise<{ readonly ended: Promise<void> }> {
+    const pool = new ModelPool(this.producerUrl, `model-${label}-${this.#generation++}`, 1)
     const db = pool.kysely()
     const { rows } = await sql<{ pid: number }>`SELECT pg_backend_pid() AS pid`.execute(db)
-    void this.#inBackground(label, rows[0]!.pid, () => work(db)).finally(() => pool.end())
+    return { ended: this.#inBackground(label, rows[0]!.pid, () => work(db)).finally(() => pool.end()) }
+  }
+
+  // ---- subscriptions ----
+
+  #keyOf(subscriptionId: string): string {
+    return this.#keys.get(subscriptionId) ?? `unknown subscription ${subscriptionId}`
+  }
+
+  /**
+   * Runs a subscription command in the background: it may wait at the routing barrier behind held enqueues. `apply`
+   * records its effect in the model the moment it has committed; a barrier command is one an enqueue issued
+   * meanwhile queues behind.
+   */
+  async #subscriptionCommand(
+    label: string,
+    barrier: boolean,
+    work: (db: Kysely<any>) => Promise<void>,
+    done: () => void,
+  ): Promise<void> {
+    const { ended } = await this.#inBackgroundDb(label, work)
+    const settled = ended.finally(done)
+    if (barrier) {
+      this.#barriers.add(settled)
+      void settled.then(() => this.#barriers.delete(settled))
+    }
+    await this.settle()
+  }
+
+  /** Creates a stored subscription in an empty slot, with a tenant and/or type filter or none. */
+  async createSubscription(index: number, filter: SubscriptionFilter): Promise<void> {
+    const slot = this.#subscriptions[index % SUBSCRIPTION_SLOTS]!
+    if (slot.busy || slot.key !== undefined) return
+    slot.busy = true
+    const key = `s${slot.index}g${slot.generation++}`
+    await this.#subscriptionCommand(
+      `create ${key}`,
+      true,
+      async (db) => {
+        const { id } = await createSubscription(db, {
+          url: this.#sink.urlForSubscription(key),
+          ...(filter.tenant === null ? {} : { tenant: filter.tenant }),
+          ...(filter.eventTypes === null ? {} : { eventTypes: filter.eventTypes }),
+        })
+        slot.key = key
+        slot.id = id
+        this.#keys.set(id, key)
+        this.#routes.set(key, { ...filter, enabled: true })
+        this.created += 1
+      },
+      () => {
+        slot.busy = false
+      },
+    )
+  }
+
+  /** Changes a stored subscription's tenant and type filter (behind the routing barrier). */
+  async changeFilter(index: number, filter: SubscriptionFilter): Promise<void> {
+    const slot = this.#subscriptions[index % SUBSCRIPTION_SLOTS]!
+    const { key, id } = slot
+    if (slot.busy || key === undefined || id === undefined) return
+    slot.busy = true
+    await this.#subscriptionCommand(
+      `filter ${key}`,
+      true,
+      async (db) => {
+        await updateSubscription(db, id, { tenant: filter.tenant, eventTypes: filter.eventTypes })
+        this.#routes.set(key, { ...this.#routes.get(key)!, ...filter })
+      },
+      () => {
+        slot.busy = false
+      },
+    )
+  }
+
+  /**
+   * Disables or enables a stored subscription or the implicit one. Enabling goes behind the routing barrier;
+   * disabling does not (a stored subscription paused keeps receiving; the implicit one stops at once).
+   */
+  async setEnabled(target: SubscriptionTarget, enabled: boolean): Promise<void> {
+    const slot = target === 'implicit' ? undefined : this.#subscriptions[target % SUBSCRIPTION_SLOTS]!
+    const key = slot ? slot.key : IMPLICIT
+    const id = slot ? slot.id : IMPLICIT_SUBSCRIPTION_ID
+    if ((slot ? slot.busy : this.#implicitBusy) || key === undefined || id === undefined) return
+    if (this.#routes.get(key)!.enabled === enabled) return
+    const busy = (value: boolean) => {
+      if (slot) slot.busy = value
+      else this.#implicitBusy = value
+    }
+    busy(true)
+    await this.#subscriptionCommand(
+      `${enabled ? 'enable' : 'disable'} ${key}`,
+      enabled,
+      async (db) => {
+        if (enabled) await enableSubscription(db, id)
+        else await disableSubscription(db, id)
+        this.#routes.set(key, { ...this.#routes.get(key)!, enabled })
+      },
+      () => busy(false),
+    )
+  }
+
+  /** Deletes a stored subscription with its rows: what it had not applied is no longer owed to it. */
+  async deleteSubscription(index: number): Promise<void> {
+    const slot = this.#subscriptions[index % SUBSCRIPTION_SLOTS]!
+    const { key, id } = slot
+    if (slot.busy || key === undefined || id === undefined) return
+    slot.busy = true
+    await this.#subscriptionCommand(
+      `delete ${key}`,
+      true,
+      async (db) => {
+        await deleteSubscription(db, id)
+        this.#routes.delete(key)
+        this.deleted.add(key)
+        slot.key = undefined
+        slot.id = undefined
+      },
+      () => {
+        slot.busy = false
+      },
+    )
   }
 
   #inBackground(label: string, pid: number, work: () => Promise<void>): Promise<void> {
@@ -466,12 +739,16 @@ export class LaneSystem {
   async #quiet(): Promise<boolean> {
     const live = this.#slots.filter((slot) => !slot.ending)
     const pending = this.#background.filter((work) => !work.done)
-    // Who waits on a lock is asked of the server only when someone has a statement out.
+    // Who waits on a lock is asked of the server only when someone has a statement out. A backend granted its lock
+    // shows its wait in pg_stat_activity until it next runs (it clears it itself), which on a busy machine is a
+    // while after the holder committed: only one something still blocks is waiting (a chain — a held enqueue, the
+    // routing barrier behind it, an enqueue behind that — would otherwise look at rest one link early).
     let waiting: { pid: number; application_name: string }[] = []
     if (pending.length > 0 || live.some((slot) => slot.pool.inFlight > 0)) {
       const { rows } = await sql<{ pid: number; application_name: string }>`
         SELECT pid, application_name FROM pg_stat_activity
-        WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(this.producer)
+        WHERE datname = current_database() AND wait_event_type = 'Lock'
+          AND cardinality(pg_blocking_pids(pid)) > 0`.execute(this.producer)
       waiting = rows
     }
     const waitingPids = new Set(waiting.map((row) => row.pid))
@@ -499,15 +776,11 @@ export class LaneSystem {
 
   // ---- checks ----
 
-  /** The liveness invariants, after every command. */
+  /** The liveness invariants, for every subscription, after every command. */
   async checkInvariants(): Promise<void> {
     this.#judgeDeadLetters()
-    const report = await checkIntegrity(this.producer, { maxLeaseMs: LEASE_MS })
-    if (!report.ok) {
-      throw new Error(
-        `checkIntegrity: ${report.violations.map((v) => `${v.kind} ${v.aggregateId}: ${v.detail}`).join('; ')}`,
-      )
-    }
+    const broken = await checkIntegrityPerSubscription(this.producer, (id) => this.#keyOf(id), LEASE_MS)
+    if (broken.length > 0) throw new Error(`checkIntegrity: ${broken.join('; ')}`)
     if (this.violations.length > 0) throw new Error(this.violations.join('\n'))
   }
 
@@ -530,9 +803,21 @@ export class LaneSystem {
           SELECT pid, pg_blocking_pids(pid) AS blocked_by, query, application_name FROM pg_stat_activity
           WHERE datname = current_database() AND wait_event_type = 'Lock'`.execute(this.producer)
         const held = this.#held.map((entry) => ({ kind: entry.kind, pid: entry.pid }))
-        throw new Error(`open transactions wait on each other: ${JSON.stringify({ held, waiting: rows })}`)
+        const background = this.#background
+          .filter((work) => !work.done)
+          .map(({ label, pid }) => ({ label, pid }))
+        throw new Error(
+          `open transactions wait on each other: ${JSON.stringify({ held, background, waiting: rows })}`,
+        )
       }
     }
+    // Subscription commands waiting at the barrier have gone through with the last held enqueue.
+    await this.settle()
+    const stuck = this.#background.filter((work) => !work.done).map((work) => work.label)
+    if (stuck.length > 0) throw new Error(`still waiting with no transaction held: ${stuck.join(', ')}`)
+    // A paused subscription's events wait for it: enabled again, its lanes resume in order.
+    for (const slot of this.#subscriptions)
+      if (slot.key !== undefined) await this.setEnabled(slot.index, true)
     await this.#deliverEverything()
     await this.redrive('all', false)
     await this.#deliverEverything()
@@ -552,8 +837,8 @@ export class LaneSystem {
         SELECT (SELECT count(*) FROM outbox o
                 WHERE o.status = 'pending' AND NOT EXISTS (
                   SELECT 1 FROM outbox_lane l
-                  WHERE l.aggregate_type = o.aggregate_type AND l.aggregate_id = o.aggregate_id
-                    AND l.blocked_reason = 'exhausted')) AS movable,
+                  WHERE l.subscription_id = o.subscription_id AND l.aggregate_type = o.aggregate_type
+                    AND l.aggregate_id = o.aggregate_id AND l.blocked_reason = 'exhausted')) AS movable,
                (SELECT count(*) FROM outbox_lane
                 WHERE claim_token IS NOT NULL AND leased_until > now()) AS leased`.execute(this.producer)
       if (Number(rows[0]!.movable) === 0 && Number(rows[0]!.leased) === 0) return
@@ -562,34 +847,51 @@ export class LaneSystem {
     throw new Error(`the outbox did not drain: ${JSON.stringify(await stats(this.producer))}`)
   }
 
-  /** After the drain: nothing lost, nothing applied twice, each aggregate's events applied in order. */
+  /**
+   * After the drain, per subscription: every event routed to it applied exactly once, each aggregate's events in
+   * sequence order (gaps are events its filter did not take), and nothing applied that was not routed to it.
+   */
   async checkOutcome(): Promise<void> {
-    const { rows: effects } = await sql<{ event_id: string; aggregate_id: string; sequence: string }>`
-      SELECT event_id, aggregate_id, sequence FROM model_effects ORDER BY n`.execute(this.consumer)
-    const { rows: processed } = await sql<{
+    const { rows: effects } = await sql<{
+      subscription: string
       event_id: string
-    }>`SELECT event_id FROM processed_events`.execute(this.consumer)
-    const recorded = new Set(processed.map((row) => row.event_id))
+      aggregate_id: string
+      sequence: string
+    }>`SELECT subscription, event_id, aggregate_id, sequence FROM model_effects ORDER BY n`.execute(
+      this.consumer,
+    )
+    const { rows: processed } = await sql<{ source: string; event_id: string }>`
+      SELECT source, event_id FROM processed_events`.execute(this.consumer)
+    const recorded = new Set(processed.map((row) => deliveryKey(row.source, row.event_id)))
     const applied = new Map<string, number>()
-    const lastByAggregate = new Map<string, number>()
+    const lastByLane = new Map<string, number>()
     const problems: string[] = []
     for (const effect of effects) {
-      applied.set(effect.event_id, (applied.get(effect.event_id) ?? 0) + 1)
-      if (!this.events.has(effect.event_id))
-        problems.push(`applied an event no enqueue committed: ${effect.event_id}`)
+      const key = deliveryKey(effect.subscription, effect.event_id)
+      applied.set(key, (applied.get(key) ?? 0) + 1)
+      if (!this.events.has(key)) {
+        problems.push(
+          `${effect.subscription} applied ${effect.aggregate_id}/${effect.sequence}, which no committed enqueue ` +
+            `routed to it (${this.rolledBack.has(effect.event_id) ? 'rolled back' : 'not routed'})`,
+        )
+      }
+      const lane = `${effect.subscription} ${effect.aggregate_id}`
       const sequence = Number(effect.sequence)
-      const last = lastByAggregate.get(effect.aggregate_id) ?? 0
-      if (sequence <= last)
-        problems.push(`${effect.aggregate_id}/${sequence} applied after ${last}: out of order`)
-      lastByAggregate.set(effect.aggregate_id, Math.max(last, sequence))
+      const last = lastByLane.get(lane) ?? 0
+      if (sequence <= last) problems.push(`${lane}/${sequence} applied after ${last}: out of order`)
+      lastByLane.set(lane, Math.max(last, sequence))
     }
-    for (const [eventId, count] of applied) if (count > 1) problems.push(`${eventId} applied ${count} times`)
-    for (const [eventId, record] of this.events) {
-      if (applied.has(eventId)) continue
+    for (const [key, count] of applied) if (count > 1) problems.push(`${key} applied ${count} times`)
+    for (const [key, record] of this.events) {
+      if (applied.has(key)) continue
+      // Deleted with its subscription, as asked.
+      if (this.deleted.has(record.subscription)) continue
       // The one reported exception: a dead letter redriven after its lane moved on is answered stale_ignored; and a
       // dead letter is kept only for its retention.
-      if (record.everDead && (recorded.has(eventId) || record.mayBePruned)) continue
-      problems.push(`${record.aggregateId}/${record.sequence} lost: committed, never applied`)
+      if (record.everDead && (recorded.has(key) || record.mayBePruned)) continue
+      problems.push(
+        `${record.subscription} ${record.aggregateId}/${record.sequence} lost: committed, routed, never applied`,
+      )
     }
     const { pending, dead } = await stats(this.producer)
     if (pending !== 0 || dead !== 0) problems.push(`after the drain ${pending} pending and ${dead} dead`)

@@ -3,7 +3,7 @@ import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { laneCommands, systemConfigs } from './lane-commands.js'
 import { LaneSystem } from './lane-system.js'
-import { createEffects } from './model-sink.js'
+import { createEffects, IMPLICIT } from './model-sink.js'
 
 const producer = useTestDatabase()
 const consumer = useTestDatabase()
@@ -19,6 +19,7 @@ const path = process.env.OUTBOX_MODEL_PATH
 const replayPath = process.env.OUTBOX_MODEL_REPLAY
 /** Time a failure may spend shrinking to a short path before it is reported as it stands. */
 const shrinkSeconds = Number(process.env.OUTBOX_MODEL_SHRINK_SECONDS ?? 120)
+const trace = process.env.OUTBOX_MODEL_TRACE === '1'
 
 beforeAll(async () => {
   await createEffects(consumer.db)
@@ -31,11 +32,11 @@ afterAll(async () => {
 })
 
 describe('model: the real relay loop, SQL and dedupe against an oracle of the commands alone', () => {
-  it('after every command every lane can move; after a drain nothing is lost, applied twice or out of order, and no event died before it used its own attempts', {
+  it('after every command every lane of every subscription can move; after a drain each subscription got exactly what was routed to it, once each, in order, and no event died before it used its own attempts', {
     timeout: (seconds + shrinkSeconds + 120) * 1000,
   }, async () => {
     const deadline = Date.now() + seconds * 1000
-    const tally = { runs: 0, commands: 0, events: 0, everDead: 0 }
+    const tally = { runs: 0, commands: 0, deliveries: 0, toStored: 0, subscriptions: 0, everDead: 0 }
     await fc.assert(
       fc.asyncProperty(
         systemConfigs,
@@ -46,18 +47,31 @@ describe('model: the real relay loop, SQL and dedupe against an oracle of the co
         }),
         async (config, commands) => {
           if (path === undefined && Date.now() > deadline) return
+          const started = performance.now()
           const system = await LaneSystem.create(config, producer.db, producer.url, consumer.db)
+          const times: number[] = []
+          const lap = () => times.push(Math.round(performance.now() - started))
           try {
+            lap()
             await fc.asyncModelRun(() => ({ model: {}, real: system }), commands)
+            lap()
             await system.drain()
+            lap()
             await system.checkInvariants()
             await system.checkOutcome()
           } finally {
             await system.dispose()
+            lap()
+            if (trace)
+              process.stderr.write(`  run: created, commands, drained, disposed at ${times.join(', ')} ms\n`)
           }
           tally.runs += 1
           tally.commands += [...commands].length
-          tally.events += system.events.size
+          tally.deliveries += system.events.size
+          tally.toStored += [...system.events.values()].filter(
+            (record) => record.subscription !== IMPLICIT,
+          ).length
+          tally.subscriptions += system.created
           tally.everDead += [...system.events.values()].filter((record) => record.everDead).length
         },
       ),
@@ -79,11 +93,12 @@ describe('model: the real relay loop, SQL and dedupe against an oracle of the co
       },
     )
     console.log(`[model] ${JSON.stringify(tally)}`)
-    // The budget must have bought real runs that met dead letters, or the checks above proved little (a replay
-    // runs its one counterexample).
+    // The budget must have bought real runs that met dead letters and delivered to stored subscriptions, or the
+    // checks above proved little (a replay runs its one counterexample).
     if (path === undefined) {
       expect(tally.runs).toBeGreaterThan(0)
       expect(tally.everDead).toBeGreaterThan(0)
+      expect(tally.toStored).toBeGreaterThan(0)
     }
   })
 })

@@ -52,11 +52,15 @@ export class ModelPool {
     return new Kysely<any>({ dialect: new PostgresDialect({ pool: pool as unknown as pg.Pool }) })
   }
 
-  /** Kills the "process": no new query starts, and the server cuts the ones running. */
+  /**
+   * Kills the "process": no new query starts, and the server cuts the ones running. Only in this database: another
+   * model run on the same server (another test file, another checkout) names its pools alike, and a crash here
+   * must not cut its relays.
+   */
   async kill(admin: Kysely<any>): Promise<void> {
     this.#killed = true
     await sql`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-      WHERE application_name = ${this.applicationName}`.execute(admin)
+      WHERE application_name = ${this.applicationName} AND datname = current_database()`.execute(admin)
   }
 
   async end(): Promise<void> {

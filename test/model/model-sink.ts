@@ -20,7 +20,10 @@ export type Answer =
 
 /** A request the sink holds until the model answers it. */
 export interface HeldRequest {
+  /** The relay that sent it, for the implicit subscription (`/hooks/<relay>`); -1 for a stored subscription's. */
   readonly relay: number
+  /** The model's key of the subscription it was sent for: `implicit`, or the stored subscription's path key. */
+  readonly subscription: string
   readonly eventId: string
   readonly sequence: number
   /** Set when the relay's side closed it before any answer (timeout, stop, crash). */
@@ -34,17 +37,27 @@ export interface SinkListener {
   closed(request: HeldRequest): void
 }
 
-/** The effects table the handler writes: not idempotent by itself, so a double apply shows as two rows. */
-export async function createEffects(db: Kysely<any>): Promise<void> {
-  await sql`CREATE TABLE IF NOT EXISTS model_effects (
-    n bigserial PRIMARY KEY, event_id uuid NOT NULL, aggregate_id text NOT NULL, sequence bigint NOT NULL)`.execute(
-    db,
-  )
-}
+/** The model's key of the implicit subscription (the relays' `endpoint`). */
+export const IMPLICIT = 'implicit'
 
 /**
- * The subscriber: the REAL `dedupe` middleware on its own database, behind a gate that holds every request until
- * the model answers it (`/hooks/<relay>` tells which relay sent it). Nothing is applied unless the model says 'ok'.
+ * The effects table the handlers write, one row per apply with the subscription it came through: not idempotent by
+ * itself, so a double apply shows as two rows.
+ */
+export async function createEffects(db: Kysely<any>): Promise<void> {
+  await sql`CREATE TABLE IF NOT EXISTS model_effects (
+    n bigserial PRIMARY KEY, subscription text NOT NULL, event_id uuid NOT NULL, aggregate_id text NOT NULL,
+    sequence bigint NOT NULL)`.execute(db)
+}
+
+type Middleware = (req: Request, res: Response, next: NextFunction) => unknown
+
+/**
+ * The subscribers: the REAL `dedupe` middleware on its own database, behind a gate that holds every request until
+ * the model answers it. The implicit subscription's relays send to `/hooks/<relay>` (which relay sent it); each
+ * stored subscription has its own URL, `/subs/<key>`, and its own consumer whose `source` is that key, so its
+ * dedupe records and cursors are its own, as two subscribers' would be. Nothing is applied unless the model says
+ * 'ok'.
  */
 export class ModelSink {
   readonly held: HeldRequest[] = []
@@ -59,46 +72,70 @@ export class ModelSink {
     return `${this.#url}/hooks/${relay}`
   }
 
-  async start(): Promise<void> {
+  /** The URL a stored subscription is created with. */
+  urlForSubscription(key: string): string {
+    return `${this.#url}/subs/${key}`
+  }
+
+  readonly #consumers = new Map<string, Middleware>()
+
+  /** The dedupe of one subscription's consumer (its `source` is the subscription's key), made on first use. */
+  #consumer(subscription: string): Middleware {
+    let apply = this.#consumers.get(subscription)
+    if (apply) return apply
     const quiet = () => {}
     const consumer = createConsumer({
       db: this.db,
+      source: subscription,
       sequence: 'monotonic',
-      allowUnsigned: true, // the model's relays send unsigned: signatures are not what it explores
+      // Signatures are not what the model explores: the implicit relays send unsigned, stored subscriptions sign.
+      allowUnsigned: true,
       logger: { debug: quiet, info: quiet, warn: quiet, error: quiet },
     })
-    const apply = consumer.dedupe(async (event, trx) => {
-      await sql`INSERT INTO model_effects (event_id, aggregate_id, sequence)
-        VALUES (${event.eventId}, ${event.aggregateId}, ${event.sequence})`.execute(trx)
+    apply = consumer.dedupe(async (event, trx) => {
+      await sql`INSERT INTO model_effects (subscription, event_id, aggregate_id, sequence)
+        VALUES (${subscription}, ${event.eventId}, ${event.aggregateId}, ${event.sequence})`.execute(trx)
     })
+    this.#consumers.set(subscription, apply)
+    return apply
+  }
+
+  async start(): Promise<void> {
     const app = express()
-    app.post('/hooks/:relay', (req: Request, res: Response, next: NextFunction) => {
-      let answered = false
-      const held: HeldRequest = {
-        relay: Number(req.params.relay),
-        eventId: String(req.headers['x-idempotency-key']),
-        sequence: Number(req.headers['x-event-sequence']),
-        closedByRelay: false,
-        answer: async (answer) => {
-          answered = true
-          this.#forget(held)
-          await respond(answer, req, res, next, apply)
-        },
-      }
-      // The body is left for dedupe to read itself: the model keys requests by the headers' event id.
-      this.held.push(held)
-      res.on('close', () => {
-        if (answered || res.writableFinished) return
-        held.closedByRelay = true
-        this.#forget(held)
-        this.listener?.closed(held)
-      })
-    })
+    app.post('/hooks/:relay', (req, res, next) =>
+      this.#hold(req, res, next, Number(req.params.relay), IMPLICIT),
+    )
+    app.post('/subs/:key', (req, res, next) => this.#hold(req, res, next, -1, String(req.params.key)))
     this.#server = await new Promise<Server>((resolve) => {
       const server = app.listen(0, '127.0.0.1', () => resolve(server))
     })
     this.#server.keepAliveTimeout = 600_000
     this.#url = `http://127.0.0.1:${(this.#server.address() as AddressInfo).port}`
+  }
+
+  #hold(req: Request, res: Response, next: NextFunction, relay: number, subscription: string): void {
+    const apply = this.#consumer(subscription)
+    let answered = false
+    const held: HeldRequest = {
+      relay,
+      subscription,
+      eventId: String(req.headers['x-idempotency-key']),
+      sequence: Number(req.headers['x-event-sequence']),
+      closedByRelay: false,
+      answer: async (answer) => {
+        answered = true
+        this.#forget(held)
+        await respond(answer, req, res, next, apply)
+      },
+    }
+    // The body is left for dedupe to read itself: the model keys requests by the headers' event id.
+    this.held.push(held)
+    res.on('close', () => {
+      if (answered || res.writableFinished) return
+      held.closedByRelay = true
+      this.#forget(held)
+      this.listener?.closed(held)
+    })
   }
 
   #forget(request: HeldRequest): void {
@@ -117,7 +154,7 @@ async function respond(
   req: Request,
   res: Response,
   next: NextFunction,
-  apply: (req: Request, res: Response, next: NextFunction) => unknown,
+  apply: Middleware,
 ): Promise<void> {
   if (answer === 'cut') {
     req.socket.destroy()
