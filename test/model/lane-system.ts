@@ -21,7 +21,7 @@ import { ManualClock } from './manual-clock.js'
 import { ModelPool } from './model-pool.js'
 import { type Answer, type HeldRequest, IMPLICIT, ModelSink } from './model-sink.js'
 import { IMPLICIT_ROUTE, type Route, routeEvent } from './routing-model.js'
-import { checkIntegrityPerSubscription, createIntegrityScratch } from './subscription-integrity.js'
+import { checkIntegrityPerSubscription } from './subscription-integrity.js'
 
 /** The shape of one model run, drawn by fast-check. */
 export interface SystemConfig {
@@ -234,7 +234,6 @@ export class LaneSystem {
     await sql`UPDATE outbox_subscription SET state = 'enabled', disabled_reason = NULL, disabled_at = NULL`.execute(
       producer,
     )
-    await createIntegrityScratch(producer)
     await sql`TRUNCATE processed_events, consumer_cursors, model_effects`.execute(consumer)
     const system = new LaneSystem(config, producer, producerUrl, consumer)
     LaneSystem.live.add(system)
