@@ -31,7 +31,7 @@ const answers: fc.Arbitrary<Answer> = fc.oneof(
   { arbitrary: fc.constant<Answer>('ok'), weight: 4 },
   { arbitrary: fc.constant<Answer>('ok-then-cut'), weight: 1 },
   { arbitrary: fc.constant<Answer>('409'), weight: 1 },
-  { arbitrary: fc.constant<Answer>('500'), weight: 3 },
+  { arbitrary: fc.constant<Answer>('500'), weight: 4 },
   {
     arbitrary: fc.record({
       status: fc.constantFrom(429 as const, 503 as const),
@@ -149,7 +149,7 @@ const filterChanges = fc
 const toggles = fc
   .record({
     target: fc.oneof(
-      { arbitrary: fc.nat(1), weight: 3 },
+      { arbitrary: fc.nat(1), weight: 5 },
       { arbitrary: fc.constant<'implicit'>('implicit'), weight: 1 },
     ),
     enabled: fc.boolean(),
@@ -169,10 +169,10 @@ const deletes = fc
  * and time enough for backoffs), and then redrives and prunes that race them.
  */
 export const laneCommands: fc.Arbitrary<Command>[] = [
-  ...times(5, enqueues),
+  ...times(4, enqueues),
   ...times(2, finishes),
-  ...times(5, relaySteps),
-  ...times(6, subscriberAnswers),
+  ...times(7, relaySteps),
+  ...times(8, subscriberAnswers),
   ...times(4, advances),
   crashes,
   stops,

@@ -61,6 +61,8 @@ type Middleware = (req: Request, res: Response, next: NextFunction) => unknown
  */
 export class ModelSink {
   readonly held: HeldRequest[] = []
+  /** Each subscription's dedupe, by model key. */
+  readonly #consumers = new Map<string, Middleware>()
   #server: Server | undefined
   #url = ''
   listener: SinkListener | undefined
@@ -76,8 +78,6 @@ export class ModelSink {
   urlForSubscription(key: string): string {
     return `${this.#url}/subs/${key}`
   }
-
-  readonly #consumers = new Map<string, Middleware>()
 
   /** The dedupe of one subscription's consumer (its `source` is the subscription's key), made on first use. */
   #consumer(subscription: string): Middleware {
