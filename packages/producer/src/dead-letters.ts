@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely'
 import { invalidOption, OutboxError } from './errors.js'
+import { decodeCursor, encodeCursor } from './keyset-cursor.js'
 import { resolveSchema } from './schema-name.js'
 import { redriveDead } from './sql/redrive-dead.js'
 import { selectDeadLetters } from './sql/select-dead-letters.js'
@@ -75,7 +76,7 @@ export async function listDeadLetters(
   const subscriptionId = subscriptionIdOption(options.subscriptionId)
   const rows = await selectDeadLetters(
     { db, schema: resolveSchema(options.schema) },
-    { limit, after: decodeCursor(options.after), subscriptionId },
+    { limit, after: afterCursor(options.after), subscriptionId },
   )
   return rows.map((row) => ({
     eventId: row.event_id,
@@ -92,24 +93,8 @@ export async function listDeadLetters(
     lastAttemptAt: row.last_attempt_at,
     createdAt: row.created_at,
     deadAt: row.dead_at,
-    cursor: `${row.dead_at_cursor}_${row.id}`,
+    cursor: encodeCursor(row.dead_at_cursor, row.id),
   }))
-}
-
-// The cursor keeps dead_at to the microsecond (see select-dead-letters.ts), as text PostgreSQL reads back exactly.
-const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z)_(\d{1,19})$/
-
-function decodeCursor(cursor: string | undefined): { deadAt: string; id: string } | undefined {
-  if (cursor === undefined) return undefined
-  const match = typeof cursor === 'string' ? CURSOR.exec(cursor) : null
-  if (!match || Number.isNaN(Date.parse(match[1]!))) {
-    throw invalidOption(
-      'after',
-      cursor,
-      (name, got) => `${name('after')} must be the cursor of a listed dead letter, got ${got}`,
-    )
-  }
-  return { deadAt: match[1]!, id: match[2]! }
 }
 
 /** Checks an optional `subscriptionId` option: a subscription's id is a UUID. */
@@ -233,4 +218,10 @@ export async function redrive(db: Kysely<any>, options: RedriveOptions): Promise
     notDead: ids === 'all' ? [] : ids.filter((id) => !revived.has(id)),
     deliveries,
   }
+}
+
+/** The `after` option as the query takes it. */
+function afterCursor(after: unknown): { deadAt: string; id: string } | undefined {
+  const cursor = decodeCursor(after, 'dead letter')
+  return cursor === undefined ? undefined : { deadAt: cursor.time, id: cursor.id }
 }

@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely'
 import { invalidOption } from './errors.js'
+import { decodeCursor, encodeCursor } from './keyset-cursor.js'
 import { resolveSchema } from './schema-name.js'
 import type { AttemptOutcome } from './sql/delivery-attempt-log.js'
 import { type DeliveryAttemptFilter, selectDeliveryAttempts } from './sql/select-delivery-attempts.js'
@@ -108,7 +109,7 @@ export async function listDeliveryAttempts(
   }
   const rows = await selectDeliveryAttempts(
     { db, schema: resolveSchema(options.schema) },
-    { filter, limit, after: decodeCursor(options.after) },
+    { filter, limit, after: afterCursor(options.after) },
   )
   return rows.map((row) => ({
     subscriptionId: row.subscription_id,
@@ -122,23 +123,12 @@ export async function listDeliveryAttempts(
     outcome: row.outcome,
     answer: row.answer,
     error: row.error,
-    cursor: `${row.attempted_at_cursor}_${row.id}`,
+    cursor: encodeCursor(row.attempted_at_cursor, row.id),
   }))
 }
 
-// The cursor keeps attempted_at to the microsecond (see select-delivery-attempts.ts), as text PostgreSQL reads back
-// exactly.
-const CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?Z)_(\d{1,19})$/
-
-function decodeCursor(cursor: string | undefined): { attemptedAt: string; id: string } | undefined {
-  if (cursor === undefined) return undefined
-  const match = typeof cursor === 'string' ? CURSOR.exec(cursor) : null
-  if (!match || Number.isNaN(Date.parse(match[1]!))) {
-    throw invalidOption(
-      'after',
-      cursor,
-      (name, got) => `${name('after')} must be the cursor of a listed delivery attempt, got ${got}`,
-    )
-  }
-  return { attemptedAt: match[1]!, id: match[2]! }
+/** The `after` option as the query takes it. */
+function afterCursor(after: unknown): { attemptedAt: string; id: string } | undefined {
+  const cursor = decodeCursor(after, 'delivery attempt')
+  return cursor === undefined ? undefined : { attemptedAt: cursor.time, id: cursor.id }
 }

@@ -1,46 +1,28 @@
-import { type Sink, type SinkAnswer, startSink, useTestDatabase } from '@outbox/test-harness'
+import { useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { Registry } from 'prom-client'
-import { afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import {
   createSubscription,
-  deleteSubscription,
   disableSubscription,
   enableSubscription,
   enqueue,
   getSubscription,
   IMPLICIT_SUBSCRIPTION_ID,
-  listSubscriptions,
-  Relay,
+  type Relay,
   type RelayEventMap,
-  type RelayOptions,
-  silentLogger,
   stats,
 } from '../src/index.js'
-import { expectLanesLive, metricValue, waitFor } from './support.js'
+import { useStoredSubscriptions } from './stored-subscriptions.js'
+import { metricValue, waitFor } from './support.js'
 
 const t = useTestDatabase()
-const sinks: Sink[] = []
-const relays: Relay[] = []
-
-async function sink(respond?: (request: Sink['requests'][number]) => SinkAnswer | Promise<SinkAnswer>) {
-  const started = await startSink(respond)
-  sinks.push(started)
-  return started
-}
-
-function relay(options: Partial<RelayOptions> = {}): Relay {
-  const started = new Relay({
-    db: t.db,
-    allowPrivateNetworks: true,
-    logger: silentLogger,
-    pollIntervalMs: 20,
-    retrySchedule: Array.from({ length: 50 }, () => 10),
-    ...options,
-  })
-  relays.push(started)
-  return started
-}
+const stored = useStoredSubscriptions(t, {
+  pollIntervalMs: 20,
+  retrySchedule: Array.from({ length: 50 }, () => 10),
+})
+const sink = stored.sink
+const relay = stored.relay
 
 async function publish(aggregateId: string, n = 0) {
   await t.db
@@ -55,19 +37,6 @@ function collect<K extends keyof RelayEventMap>(relays: readonly Relay[], name: 
   for (const one of relays) one.on(name, (event) => void seen.push(event))
   return seen
 }
-
-beforeAll(async () => {
-  await disableSubscription(t.db, IMPLICIT_SUBSCRIPTION_ID)
-})
-
-afterEach(async () => {
-  await Promise.all(relays.splice(0).map((one) => one.stop({ timeoutMs: 0 })))
-  await Promise.all(sinks.splice(0).map((one) => one.close()))
-  await expectLanesLive(t.db)
-  for (const subscription of await listSubscriptions(t.db)) {
-    if (!subscription.implicit) await deleteSubscription(t.db, subscription.id)
-  }
-})
 
 describe('endpoint health', () => {
   it('opens the breaker after failures in a row: no request while open, by any relay, and the others go on', async () => {

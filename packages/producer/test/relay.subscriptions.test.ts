@@ -1,46 +1,24 @@
 import { HEADERS } from '@outbox/protocol'
-import { type Sink, startSink, useTestDatabase } from '@outbox/test-harness'
+import { type Sink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { Webhook } from 'standardwebhooks'
-import { afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import {
   createSubscription,
-  deleteSubscription,
   disableSubscription,
   enableSubscription,
   enqueue,
   getSubscription,
-  IMPLICIT_SUBSCRIPTION_ID,
-  listSubscriptions,
-  Relay,
-  type RelayOptions,
   rotateSubscriptionSecret,
-  silentLogger,
 } from '../src/index.js'
-import { deferred, expectLanesLive, waitFor, waitForLockWaiters } from './support.js'
+import { sequencesByAggregate, useStoredSubscriptions } from './stored-subscriptions.js'
+import { deferred, waitFor, waitForLockWaiters } from './support.js'
 
 const t = useTestDatabase()
-const sinks: Sink[] = []
-const relays: Relay[] = []
-
-async function sink(...args: Parameters<typeof startSink>): Promise<Sink> {
-  const started = await startSink(...args)
-  sinks.push(started)
-  return started
-}
-
+const stored = useStoredSubscriptions(t, { pollIntervalMs: 50 })
+const sink = stored.sink
 /** A relay serving the stored subscriptions; the sinks are on loopback, which only tests may reach. */
-function storedRelay(options: Partial<RelayOptions> = {}): Relay {
-  const relay = new Relay({
-    db: t.db,
-    allowPrivateNetworks: true,
-    logger: silentLogger,
-    pollIntervalMs: 50,
-    ...options,
-  })
-  relays.push(relay)
-  return relay
-}
+const storedRelay = stored.relay
 
 async function publish(aggregateId: string, eventType = 'order.updated', tenant?: string, n = 0) {
   return await t.db.transaction().execute((trx) =>
@@ -53,30 +31,6 @@ async function publish(aggregateId: string, eventType = 'order.updated', tenant?
     }),
   )
 }
-
-/** Each aggregate's sequences as one sink received them, in arrival order. */
-function sequencesByAggregate(target: Sink): Map<string, number[]> {
-  const lanes = new Map<string, number[]>()
-  for (const request of target.requests) {
-    const key = request.json.aggregate_id as string
-    lanes.set(key, [...(lanes.get(key) ?? []), request.json.sequence as number])
-  }
-  return lanes
-}
-
-beforeAll(async () => {
-  // Only the stored subscriptions of each test receive events.
-  await disableSubscription(t.db, IMPLICIT_SUBSCRIPTION_ID)
-})
-
-afterEach(async () => {
-  await Promise.all(relays.splice(0).map((relay) => relay.stop({ timeoutMs: 0 })))
-  await Promise.all(sinks.splice(0).map((started) => started.close()))
-  await expectLanesLive(t.db)
-  for (const subscription of await listSubscriptions(t.db)) {
-    if (!subscription.implicit) await deleteSubscription(t.db, subscription.id)
-  }
-})
 
 describe('relay with stored subscriptions', () => {
   it('fans each event out to every subscription, in order per aggregate, each signed with its own secret', async () => {

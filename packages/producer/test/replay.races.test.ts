@@ -1,43 +1,25 @@
-import { type Sink, type SinkAnswer, startSink, useTestDatabase } from '@outbox/test-harness'
+import { useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
-import { afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import {
   createSubscription,
-  deleteSubscription,
-  disableSubscription,
   enqueue,
   enqueueMany,
-  IMPLICIT_SUBSCRIPTION_ID,
-  listSubscriptions,
-  Relay,
   type RelayOptions,
   type ReplayProgress,
   replay,
-  silentLogger,
 } from '../src/index.js'
-import { deferred, expectLanesLive, waitFor } from './support.js'
+import { sequencesByAggregate, useStoredSubscriptions } from './stored-subscriptions.js'
+import { deferred, waitFor } from './support.js'
 
 const t = useTestDatabase()
-const sinks: Sink[] = []
-const relays: Relay[] = []
-
-async function sink(respond?: (request: Sink['requests'][number]) => SinkAnswer | Promise<SinkAnswer>) {
-  const started = await startSink(respond)
-  sinks.push(started)
-  return started
-}
-
-function storedRelay(options: Partial<RelayOptions> = {}): Relay {
-  const relay = new Relay({
-    db: t.connect({ max: 4 }),
-    allowPrivateNetworks: true,
-    logger: silentLogger,
-    pollIntervalMs: 20,
-    ...options,
-  })
-  relays.push(relay)
-  return relay
-}
+const stored = useStoredSubscriptions(t, { pollIntervalMs: 20 }, () =>
+  sql`TRUNCATE outbox, outbox_counter, outbox_lane`.execute(t.db),
+)
+const sink = stored.sink
+/** Relays on pools of their own, as separate processes would be. */
+const storedRelay = (options: Partial<RelayOptions> = {}) =>
+  stored.relay({ db: t.connect({ max: 4 }), ...options })
 
 async function publish(aggregateId: string, count = 1): Promise<void> {
   for (let n = 0; n < count; n++) {
@@ -49,35 +31,11 @@ async function publish(aggregateId: string, count = 1): Promise<void> {
   }
 }
 
-/** Each aggregate's sequences as the sink received them, in arrival order. */
-function sequencesByAggregate(target: Sink): Map<string, number[]> {
-  const lanes = new Map<string, number[]>()
-  for (const request of target.requests) {
-    const key = request.json.aggregate_id as string
-    lanes.set(key, [...(lanes.get(key) ?? []), request.json.sequence as number])
-  }
-  return lanes
-}
-
 async function statuses(aggregateId: string): Promise<string[]> {
   const { rows } = await sql<{ status: string }>`
     SELECT status FROM outbox WHERE aggregate_id = ${aggregateId} ORDER BY sequence`.execute(t.db)
   return rows.map((row) => row.status)
 }
-
-beforeAll(async () => {
-  await disableSubscription(t.db, IMPLICIT_SUBSCRIPTION_ID)
-})
-
-afterEach(async () => {
-  await Promise.all(relays.splice(0).map((relay) => relay.stop({ timeoutMs: 0 })))
-  await Promise.all(sinks.splice(0).map((started) => started.close()))
-  await expectLanesLive(t.db)
-  for (const subscription of await listSubscriptions(t.db)) {
-    if (!subscription.implicit) await deleteSubscription(t.db, subscription.id)
-  }
-  await sql`TRUNCATE outbox, outbox_counter, outbox_lane`.execute(t.db)
-})
 
 describe('replay against relays and enqueues', () => {
   it('leaves a lane under a live lease untouched until the lease ends, then replays it', async () => {
