@@ -259,15 +259,19 @@ interface Slot {
   standby: ChildHandle | undefined
 }
 
-/** Events still to be delivered: all pending rows, except (under 'block') those behind a blocked head. */
+/**
+ * Events still to be delivered: all pending rows, except (under 'block') those parked behind a blocked head. A row
+ * an enqueue committed behind a head just after its lane was blocked is due until a relay's sweep parks it (once a
+ * lease): it counts as left until then.
+ */
 async function undelivered(db: Kysely<any>, mode: ChaosMode): Promise<number> {
   if (mode !== 'poison-block') return (await stats(db)).pending
   const { rows } = await sql<{ count: string }>`
     SELECT count(*) AS count FROM outbox o
-    WHERE o.status = 'pending' AND NOT EXISTS (
+    WHERE o.status = 'pending' AND (o.available_at < 'infinity' OR NOT EXISTS (
       SELECT 1 FROM outbox_lane l
       WHERE l.aggregate_type = o.aggregate_type AND l.aggregate_id = o.aggregate_id AND l.blocked_reason = 'exhausted'
-    )`.execute(db)
+    ))`.execute(db)
   return Number(rows[0]?.count ?? 0)
 }
 

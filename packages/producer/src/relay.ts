@@ -12,6 +12,7 @@ import { checkSchemaNotNewer } from './schema-version.js'
 import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
 import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
+import { parkBehindBlocks } from './sql/park-behind-blocks.js'
 import { SubscriptionTargets } from './subscription-targets.js'
 import { UNSIGNED_WARNING } from './unsigned-warning.js'
 
@@ -115,6 +116,8 @@ export class Relay {
   readonly #activeBySubscription = new Map<string, number>()
   /** Clock time of the last claim, so subscriptions holding no lane are looked for at most once a poll interval. */
   #lastClaimAt = Number.NEGATIVE_INFINITY
+  /** When this relay last swept blocked lanes for rows that arrived after the block ({@link parkBehindBlocks}). */
+  #lastParkSweepAt = Number.NEGATIVE_INFINITY
   readonly #marks: MarkBuffer
   readonly #context: LaneContext
   readonly #active = new Set<Promise<LaneResult>>()
@@ -252,6 +255,7 @@ export class Relay {
     await this.#targets.refresh(true)
     const { concurrency } = this.#options
     const { lanes } = await this.#claim(this.#rooms(concurrency), concurrency, this.#context.bytesLeft())
+    await this.#parkBehindBlocks(true)
     const results = await Promise.all(lanes.map((lane) => this.#deliver(lane)))
     await this.#marks.flush()
     return results.reduce<RunOnceResult>(
@@ -415,6 +419,7 @@ export class Relay {
     const { concurrency, pollIntervalMs } = this.#options
     const refillAt = Math.ceil(concurrency / 2)
     await this.#targets.refresh()
+    await this.#parkBehindBlocks()
     this.#startReady()
     const wanted = 2 * concurrency - this.#active.size - this.#ready.length
     const slotFree = this.#active.size < concurrency
@@ -442,6 +447,23 @@ export class Relay {
     const more = wanted > 0 && !budgetFull && (claimed === lanes || windowFull)
     this.#roomBound = more || wanted <= 0 || budgetFull || (wanted < refillAt && !slotFree) || idleRoom > 0
     return more ? 'again' : 'wait'
+  }
+
+  /**
+   * Once a lease interval (or `now`, in a cycle run by hand), parks the rows an enqueue committed behind a lane's blocker after the block. Every relay
+   * sweeps (it is one indexed statement over blocked lanes), so a relay that crashed right after blocking a lane
+   * leaves nothing behind.
+   */
+  async #parkBehindBlocks(now = false): Promise<void> {
+    const at = this.#runtime.clock.now()
+    // After the first claim's schema check: a schema a newer release migrated is not written to.
+    if (!this.#schemaChecked || (!now && at - this.#lastParkSweepAt < this.#options.leaseMs)) return
+    const served = this.#targets.served()
+    if (served.length === 0) return
+    this.#lastParkSweepAt = at
+    const parked = await parkBehindBlocks(this.#options, { subscriptions: served })
+    if (parked > 0)
+      this.#options.logger.info({ parked }, 'parked events that arrived behind blocked lanes after the block')
   }
 
   /**

@@ -100,10 +100,45 @@ describe('redrive against a concurrent enqueue, and the lane it resumes', () => 
     await deliverOnce('block')
     // Nothing moved past the blocker: 'block' does not bend.
     expect(sink.requests.map((request) => request.json.sequence)).toEqual([1, 2])
+    // The relay's sweep of blocked lanes parks only what is behind the blocker: the revived event stays due.
+    expect((await laneRows(t.db, 'bent'))[0]).toEqual([1, 'pending', false])
 
     await redrive(t.db, { eventIds: [blocker!.eventId] })
     await deliverOnce('block')
     expect(sink.requests.map((request) => request.json.sequence)).toEqual([1, 2, 1, 2, 3, 4])
+    expect(await stats(t.db)).toMatchObject({ pending: 0, blocked: 0, dead: 0 })
+  })
+
+  it('an enqueue open across the block leaves its event due in the blocked lane; the next relay pass parks it', async () => {
+    await seedEvents(t.db, ['late'], 1)
+    failing.add(1)
+    // The enqueue reads the lane before the block (unblocked: its event is due) and commits after it, where the
+    // block's own statement could not see the row.
+    const open = await t.db.startTransaction().execute()
+    await enqueue(open, {
+      aggregateType: 'order',
+      aggregateId: 'late',
+      eventType: 'order.updated',
+      payload: {},
+    })
+    await deliverOnce('block')
+    await open.commit().execute()
+    expect(await laneRows(t.db, 'late')).toEqual([
+      [1, 'dead', false],
+      [2, 'pending', false],
+    ])
+
+    await deliverOnce('block')
+    expect(await laneRows(t.db, 'late')).toEqual([
+      [1, 'dead', false],
+      [2, 'pending', true],
+    ])
+    expect(sink.requests.map((request) => request.json.sequence)).toEqual([1])
+    expect((await checkIntegrity(t.db)).violations).toEqual([])
+    failing.clear()
+    await redrive(t.db, { all: true })
+    await deliverOnce('block')
+    expect(sink.requests.map((request) => request.json.sequence)).toEqual([1, 1, 2])
     expect(await stats(t.db)).toMatchObject({ pending: 0, blocked: 0, dead: 0 })
   })
 })
