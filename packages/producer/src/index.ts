@@ -1,3 +1,4 @@
+export { type AuditAction, type AuditEntry, type ListAuditOptions, listAudit } from './audit.js'
 export {
   type DeadLetter,
   type ListDeadLettersOptions,

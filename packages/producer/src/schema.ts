@@ -123,6 +123,16 @@ export interface OutboxDeliveryAttemptTable {
   error: string | null
 }
 
+/** The audit log (migration 0011): one row per operator action on lanes, dead letters or integrity. */
+export interface OutboxAuditTable {
+  id: Generated<string>
+  at: ColumnType<Date, Date | undefined, never>
+  actor: string
+  action: string
+  target: ColumnType<unknown, string, never>
+  result: ColumnType<unknown, string, never>
+}
+
 /** The producer tables, for typing a `Kysely` instance. */
 export interface ProducerDatabase {
   outbox: OutboxTable
@@ -131,6 +141,7 @@ export interface ProducerDatabase {
   outbox_subscription: OutboxSubscriptionTable
   outbox_subscription_secret: OutboxSubscriptionSecretTable
   outbox_delivery_attempt: OutboxDeliveryAttemptTable
+  outbox_audit: OutboxAuditTable
 }
 
 /** Name of the producer's own migration table (the consumer and the application keep theirs apart). */

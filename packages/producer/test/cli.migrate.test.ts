@@ -35,6 +35,7 @@ async function tablesIn(url: string, schema: string): Promise<string[]> {
 
 const PRODUCER_TABLES = [
   'outbox',
+  'outbox_audit',
   'outbox_counter',
   'outbox_delivery_attempt',
   'outbox_lane',

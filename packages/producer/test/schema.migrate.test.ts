@@ -17,6 +17,7 @@ const t = useTestDatabase()
 /** The tables the producer owns; the test template also holds the consumer's, which are not compared here. */
 const PRODUCER_TABLES = [
   'outbox',
+  'outbox_audit',
   'outbox_counter',
   'outbox_delivery_attempt',
   'outbox_lane',
@@ -38,6 +39,7 @@ const PRODUCER_MIGRATIONS = [
   '0008_subscriptions',
   '0009_endpoint_health',
   '0010_delivery_log',
+  '0011_audit',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */

@@ -8,6 +8,7 @@ import { migration0007 } from './0007-liveness.js'
 import { migration0008 } from './0008-subscriptions.js'
 import { migration0009 } from './0009-endpoint-health.js'
 import { migration0010 } from './0010-delivery-log.js'
+import { migration0011 } from './0011-audit.js'
 
 /** One migration of the producer schema: the name the migrator records, and its full SQL text. */
 export interface ProducerMigration {
@@ -35,4 +36,5 @@ export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0008_subscriptions', sql: migration0008 },
   { name: '0009_endpoint_health', sql: migration0009 },
   { name: '0010_delivery_log', sql: migration0010 },
+  { name: '0011_audit', sql: migration0011 },
 ]
