@@ -335,7 +335,9 @@ describe('migrate', () => {
         outbox_type_matches(text[], text),
         outbox_new_row_due(text, text)`.execute(trx)
       await sql`DROP TABLE IF EXISTS outbox, outbox_counter, outbox_lane, outbox_subscription_secret, outbox_subscription,
-        outbox_delivery_attempt, outbox_audit, outbox_producer_migration, outbox_producer_migration_lock`.execute(trx)
+        outbox_delivery_attempt, outbox_audit, outbox_producer_migration, outbox_producer_migration_lock`.execute(
+        trx,
+      )
     })
     // Tables, indexes, sequences, functions and types: nothing of the producer's is left in the schema.
     const { rows } = await sql<{ objects: string }>`

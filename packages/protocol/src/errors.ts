@@ -16,6 +16,12 @@
  * - `ERR_OUTBOX_SUBSCRIPTION_NOT_FOUND`: no subscription has the id or name given.
  * - `ERR_OUTBOX_PRIVATE_ADDRESS`: the relay refused to connect a stored subscription's URL to a loopback, private,
  *   link-local or otherwise non-public address (relay option `allowPrivateNetworks` allows it).
+ * - `ERR_OUTBOX_LANE_NOT_FOUND`: no lane (subscription and aggregate) matches, or it is not in the state the action
+ *   needs (an unblock of a lane that is not blocked, a skip of a lane with nothing pending).
+ * - `ERR_OUTBOX_LANE_LEASED`: a relay holds the lane under a live lease (it may be mid-request); try after it ends.
+ * - `ERR_OUTBOX_LANE_BUSY`: an enqueue, a claim or another action held the lane longer than the action waits.
+ * - `ERR_OUTBOX_REFUSED`: an action that would break a guarantee (e.g. discarding the dead letter that blocks its
+ *   lane without unblocking it); the message says what to ask instead.
  *
  * @example
  * ```ts
@@ -37,6 +43,10 @@ export type OutboxErrorCode =
   | 'ERR_OUTBOX_BODY_ALREADY_PARSED'
   | 'ERR_OUTBOX_SUBSCRIPTION_NOT_FOUND'
   | 'ERR_OUTBOX_PRIVATE_ADDRESS'
+  | 'ERR_OUTBOX_LANE_NOT_FOUND'
+  | 'ERR_OUTBOX_LANE_LEASED'
+  | 'ERR_OUTBOX_LANE_BUSY'
+  | 'ERR_OUTBOX_REFUSED'
 
 /**
  * Writes an option error's message with the given spellings: `name` spells an option (`'batchSize'` for the
