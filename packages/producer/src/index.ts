@@ -127,3 +127,9 @@ export {
   type SubscriptionSettings,
   updateSubscription,
 } from './subscriptions.js'
+export {
+  MAX_THROUGHPUT_BUCKETS,
+  type ThroughputBucket,
+  type ThroughputOptions,
+  throughput,
+} from './throughput.js'
