@@ -23,20 +23,23 @@ export function forgeryReason(request: Request, user: Authenticated): string | n
 }
 
 /**
- * Why a POST comes from another site, or null: `Sec-Fetch-Site: cross-site`, or an `Origin` whose host is not the
- * request's `Host`. The login form has no session token yet, so this alone guards it (no login forgery).
+ * Why a POST comes from another origin, or null. `Sec-Fetch-Site` other than `same-origin` (or `none`: typed by the
+ * user) is refused — `cross-site`, and `same-site` too, a page on another port of this host; an `Origin` whose
+ * host is not the request's `Host` is refused. `Origin: null` is what Chromium sends from the console's own pages,
+ * because they are served with `Referrer-Policy: no-referrer`: it passes only with `Sec-Fetch-Site: same-origin`.
+ * The login form has no session token yet, so this alone guards it (no login forgery).
  */
 export function crossSiteReason(request: Request): string | null {
-  if (request.headers['sec-fetch-site'] === 'cross-site') return 'a cross-site request'
+  const site = request.headers['sec-fetch-site']
+  if (site !== undefined && site !== 'same-origin' && site !== 'none') return `a ${site} request`
   const origin = request.headers.origin
-  if (origin !== undefined) {
-    let host: string
-    try {
-      host = new URL(origin).host
-    } catch {
-      return `an unreadable Origin ${origin}`
-    }
-    if (origin === 'null' || host !== request.headers.host) return `a request from another origin (${origin})`
+  if (origin === undefined) return null
+  if (origin === 'null') return site === 'same-origin' ? null : 'a request from an opaque origin'
+  let host: string
+  try {
+    host = new URL(origin).host
+  } catch {
+    return `a request with an unreadable Origin (${origin})`
   }
-  return null
+  return host === request.headers.host ? null : `a request from another origin (${origin})`
 }

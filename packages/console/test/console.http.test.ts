@@ -165,6 +165,21 @@ describe('forgery and read-only guards', () => {
       .type('form')
       .send({ eventId: deadEventId })
     expect(crossSite.status).toBe(403)
+    // Another port of this host is the same site, not the same origin; `Origin: null` passes only when the
+    // browser also says same-origin (what Chromium sends from the console's no-referrer pages).
+    for (const headers of [
+      { 'Sec-Fetch-Site': 'same-site' },
+      { Origin: 'null' },
+      { Origin: 'null', 'Sec-Fetch-Site': 'same-site' },
+    ]) {
+      const refused = await request(actingApp)
+        .post('/outbox/dead-letters/redrive')
+        .set(bearer)
+        .set(headers)
+        .type('form')
+        .send({ eventId: deadEventId })
+      expect(refused.status, JSON.stringify(headers)).toBe(403)
+    }
     const crossSiteLogin = await request(actingApp)
       .post('/outbox/login')
       .set('Origin', 'http://evil.example')

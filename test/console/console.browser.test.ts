@@ -1,0 +1,206 @@
+/**
+ * The console in a real Chromium (playwright-core, the system's /usr/bin/chromium), against a real relay, real
+ * sinks and the console mounted on an express app: what an operator sees and clicks. Not under packages/: the
+ * PostgreSQL 14 pass runs only packages/*.
+ *
+ * Budget: the whole file in ≤ 90 s on the 2-core CI machine (measured ≈ 20 s here); nothing waits a fixed time,
+ * every wait is for a page state or a sink's request. `UPDATE_SCREENSHOTS=1` rewrites packages/console/docs/*.png.
+ */
+import { mkdirSync } from 'node:fs'
+import type { AddressInfo } from 'node:net'
+import { fileURLToPath } from 'node:url'
+import { createConsole, type OutboxConsole } from '@outbox/console'
+import {
+  checkIntegrity,
+  createSubscription,
+  disableSubscription,
+  enqueue,
+  IMPLICIT_SUBSCRIPTION_ID,
+  listDeadLetters,
+  Relay,
+  silentLogger,
+} from '@outbox/producer'
+import { type Sink, startSink, useTestDatabase } from '@outbox/test-harness'
+import express from 'express'
+import { type Browser, chromium, type Page } from 'playwright-core'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+
+const t = useTestDatabase()
+const TOKEN = 'browser-suite-token-0123456789'
+const SCREENSHOTS = process.env.UPDATE_SCREENSHOTS === '1'
+const DOCS = fileURLToPath(new URL('../../packages/console/docs/', import.meta.url))
+const SCRIPT_BODY = '<script>window.__pwned=1</script>'
+
+let browser: Browser
+let page: Page
+let relay: Relay
+let outboxConsole: OutboxConsole
+let server: ReturnType<express.Express['listen']>
+let evilServer: ReturnType<express.Express['listen']>
+let base: string
+let evilOrigin: string
+const sinks: Sink[] = []
+/** The shop's subscriber fails `order.poison` while this is true. */
+let shopRejectsPoison = true
+const cspViolations: string[] = []
+
+async function enqueueEvent(eventType: string, aggregateId: string, payload: Record<string, unknown> = {}) {
+  return t.db
+    .transaction()
+    .execute((trx) => enqueue(trx, { aggregateType: 'order', aggregateId, eventType, payload }))
+}
+
+function listen(app: express.Express): Promise<ReturnType<express.Express['listen']>> {
+  return new Promise((resolve) => {
+    const started = app.listen(0, '127.0.0.1', () => resolve(started))
+  })
+}
+
+/** The text of a figure on the overview (`data-figure`), e.g. pending. */
+function figure(name: string) {
+  return page.locator(`main [data-figure="${name}"]`)
+}
+
+/** The overview row of one subscription. */
+function row(name: string) {
+  return page.locator('main table.subscriptions tbody tr', { hasText: name })
+}
+
+beforeAll(async () => {
+  await disableSubscription(t.db, IMPLICIT_SUBSCRIPTION_ID)
+  const shop = await startSink((request) =>
+    request.json?.type === 'order.poison' && shopRejectsPoison
+      ? { status: 500, body: 'poison rejected' }
+      : { status: 200, body: { status: 'applied' } },
+  )
+  const flaky = await startSink(() => ({ status: 500, body: SCRIPT_BODY }))
+  sinks.push(shop, flaky)
+  await createSubscription(t.db, { name: 'shop', url: shop.url, eventTypes: ['order.*'] })
+  await createSubscription(t.db, { name: 'flaky', url: flaky.url, eventTypes: ['flaky.*'] })
+  relay = new Relay({
+    db: t.db,
+    allowPrivateNetworks: true,
+    retrySchedule: [],
+    pollIntervalMs: 200,
+    endpointBreaker: { failures: 2, cooldownMs: 600_000 },
+    logger: silentLogger,
+  })
+  outboxConsole = createConsole({ db: t.db, token: TOKEN, actions: true, refreshMs: 500 })
+  server = await listen(express().use('/outbox', outboxConsole))
+  base = `http://127.0.0.1:${(server.address() as AddressInfo).port}/outbox`
+  // Another origin (same host, another port) whose page posts a form to the console.
+  const evil = express().get('/', (_request, response) => {
+    response.type('html').send(`<!doctype html><form method="post" action="${base}/dead-letters/redrive">
+      <input name="eventId" value="00000000-0000-4000-8000-000000000000"><button id="go">go</button></form>`)
+  })
+  evilServer = await listen(evil)
+  evilOrigin = `http://127.0.0.1:${(evilServer.address() as AddressInfo).port}`
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    headless: true,
+    args: [
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+  })
+  page = await browser.newPage({ viewport: { width: 1280, height: 800 } })
+  page.setDefaultTimeout(15_000)
+  page.on('console', (message) => {
+    if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text())
+  })
+  if (SCREENSHOTS) mkdirSync(DOCS, { recursive: true })
+}, 60_000)
+
+afterAll(async () => {
+  await browser?.close()
+  await relay?.stop({ timeoutMs: 0 })
+  await outboxConsole?.close()
+  server?.close()
+  evilServer?.close()
+  await Promise.all(sinks.map((sink) => sink.close()))
+})
+
+describe('the console in Chromium', () => {
+  it('signs in with the token and shows counts moving as the relay delivers', async () => {
+    for (let n = 0; n < 3; n++) await enqueueEvent('order.created', `o-${n}`)
+    await page.goto(`${base}/login`)
+    await page.fill('input[name="token"]', TOKEN)
+    await page.click('button[type="submit"]')
+    await page.waitForURL(`${base}/`)
+    await expect.poll(() => figure('pending').textContent()).toBe('3')
+    await expect.poll(() => page.locator('main .refresh').textContent()).toContain('every 0.5 s')
+    await relay.start()
+    // The page refreshes itself: no reload, the figure changes in place.
+    await page.waitForFunction(`document.querySelector('main [data-figure="pending"]')?.textContent === '0'`)
+    await page.waitForFunction(`document.body.dataset.charted === 'true'`)
+    await expect.poll(() => page.locator('#chart-throughput canvas').count()).toBe(1)
+    await expect.poll(() => page.locator('#chart-lag canvas').count()).toBe(1)
+  })
+
+  it('shows a failing endpoint’s breaker as open', async () => {
+    await enqueueEvent('flaky.ping', 'f-1')
+    await enqueueEvent('flaky.ping', 'f-2')
+    await expect.poll(() => row('flaky').locator('.breaker').textContent(), { timeout: 20_000 }).toBe('open')
+    await expect.poll(() => row('flaky').locator('.failure').textContent()).toBe('HTTP 500')
+    if (SCREENSHOTS) await page.screenshot({ path: `${DOCS}overview.png`, fullPage: true })
+  })
+
+  it('shows a subscriber’s <script> answer as text, never running it', async () => {
+    await page.click('text=dead letters')
+    await page.selectOption('select[name="subscription"]', { label: 'flaky' })
+    await page.click('form.filters button[type="submit"]')
+    await expect.poll(() => page.locator('main table.dead-letters tbody tr').count()).toBe(2)
+    await expect.poll(() => page.locator('main .error-text').first().textContent()).toContain(SCRIPT_BODY)
+    expect(await page.evaluate('typeof window.__pwned')).toBe('undefined')
+  })
+
+  it('finds a dead letter by filter and redrives it from the page: delivered', async () => {
+    const { eventId } = await enqueueEvent('order.poison', 'p-1')
+    await expect
+      .poll(async () => (await listDeadLetters(t.db)).map((dead) => dead.eventId))
+      .toContain(eventId)
+    await page.goto(`${base}/dead-letters`)
+    await page.selectOption('select[name="subscription"]', { label: 'shop' })
+    await page.click('form.filters button[type="submit"]')
+    const deadRow = page.locator('main table.dead-letters tbody tr', { hasText: eventId })
+    await expect.poll(() => deadRow.count()).toBe(1)
+    if (SCREENSHOTS) await page.screenshot({ path: `${DOCS}dead-letters.png`, fullPage: true })
+    shopRejectsPoison = false
+    await deadRow.locator('button', { hasText: 'Redrive' }).click()
+    await expect
+      .poll(() => page.locator('main .flash.ok').textContent())
+      .toContain(`event ${eventId} is pending again`)
+    const shop = sinks[0]!
+    await expect
+      .poll(() => shop.requests.filter((request) => request.json?.event_id === eventId).length, {
+        timeout: 20_000,
+      })
+      .toBe(2)
+    expect((await checkIntegrity(t.db)).violations).toEqual([])
+  })
+
+  it('answers 401 without the token, and refuses a form posted from another origin', async () => {
+    const stranger = await browser.newPage()
+    try {
+      const response = await stranger.goto(`${base}/`)
+      expect(response?.status()).toBe(401)
+      expect(await stranger.locator('a[href$="/login"]').count()).toBe(1)
+    } finally {
+      await stranger.close()
+    }
+    // The signed-in browser visits another origin whose form posts to the console: its cookie goes along
+    // (127.0.0.1 on another port is the same site), but the Origin is not the console's.
+    await page.goto(evilOrigin)
+    const [refused] = await Promise.all([
+      page.waitForResponse((response) => response.url() === `${base}/dead-letters/redrive`),
+      page.click('#go'),
+    ])
+    expect(refused.status()).toBe(403)
+    expect(cspViolations).toEqual([])
+  })
+})
