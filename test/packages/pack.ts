@@ -15,7 +15,7 @@ const run = promisify(execFile)
 export const REPO_ROOT = resolve(fileURLToPath(new URL('../..', import.meta.url)))
 
 /** The directories under `packages/` that are published, dependencies first. */
-export const PUBLISHED_PACKAGES = ['protocol', 'producer', 'consumer'] as const
+export const PUBLISHED_PACKAGES = ['protocol', 'producer', 'consumer', 'console'] as const
 
 /** One of {@link PUBLISHED_PACKAGES}. */
 export type PublishedPackage = (typeof PUBLISHED_PACKAGES)[number]

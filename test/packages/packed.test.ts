@@ -20,6 +20,7 @@ const KEY_EXPORTS = {
   '@outbox/protocol': ['signWebhook', 'verifyWebhook', 'parseEnvelope', 'HEADERS'],
   '@outbox/producer': ['migrate', 'enqueue', 'enqueueMany', 'Relay', 'prune', 'stats', 'redrive'],
   '@outbox/consumer': ['migrate', 'createConsumer', 'pruneProcessed'],
+  '@outbox/console': ['createConsole', 'escapeHtml'],
 } as const
 
 type PackageName = keyof typeof KEY_EXPORTS
@@ -54,6 +55,7 @@ process.stdout.write(JSON.stringify(loaded))
  * package (`pg` without `@types/pg`) fails, and `@ts-expect-error` fails if the types had collapsed to `any`.
  */
 const TYPED_ESM = `
+import { createConsole, type OutboxConsole } from '@outbox/console'
 import { createConsumer, createPool } from '@outbox/consumer'
 import { enqueue, Relay, type RelayOptions } from '@outbox/producer'
 import { parseSigningSecrets, signWebhook } from '@outbox/protocol'
@@ -76,6 +78,9 @@ export const headers: Record<string, string> = signWebhook(
   parseSigningSecrets('whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw'),
   { eventId: 'e1', body: '{}' },
 )
+// The console mounts in an express app like any router, and keeps its close().
+export const outboxConsole: OutboxConsole = createConsole({ db, token: 'a-token-of-16-characters' })
+export const admin = express().use('/outbox', outboxConsole)
 // enqueue takes a transaction, never the database: this must stay a type error.
 // @ts-expect-error
 await enqueue(db, { aggregateType: 'order', aggregateId: '1', eventType: 'order.created', payload: {} })
@@ -106,8 +111,8 @@ describe('the packed packages in a fresh npm app', () => {
     writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'packed-app', private: true }, null, 2))
     writeFileSync(join(app, 'load.cjs'), CJS_LOADER)
     writeFileSync(join(app, 'load.mjs'), ESM_LOADER)
-    // All three tarballs in one command, so the producer's and the consumer's dependency on @outbox/protocol is
-    // met by the tarball, never looked up on the registry.
+    // All the tarballs in one command, so the dependencies on @outbox/protocol and @outbox/producer are met by
+    // the tarballs, never looked up on the registry.
     await run(
       'npm',
       [
@@ -193,6 +198,38 @@ describe('the packed packages in a fresh npm app', () => {
     expect(stdout).toMatch(/migrate/)
     expect(stdout).toMatch(/relay/)
     expect(stdout).toMatch(/dead-letters/)
+  }, 60_000)
+
+  it('runs the outbox-console bin from the installed tarball, and refuses to start without a token', async () => {
+    const { stdout } = await run('npx', ['outbox-console', '--help'], {
+      cwd: app,
+      env: { ...process.env, npm_config_yes: 'false' },
+    })
+    expect(stdout).toMatch(/--token/)
+    expect(stdout).toMatch(/--actions/)
+    const refused = await run('npx', ['outbox-console'], {
+      cwd: app,
+      env: { ...process.env, npm_config_yes: 'false', OUTBOX_CONSOLE_TOKEN: '' },
+    }).catch((error: { code: number; stderr: string }) => error)
+    expect(refused).toMatchObject({ code: 2 })
+    expect((refused as { stderr: string }).stderr).toMatch(/OUTBOX_CONSOLE_TOKEN/)
+  }, 60_000)
+
+  it('ships the console’s browser assets and serves uPlot from the installed package', async () => {
+    const installed = join(app, 'node_modules', '@outbox/console')
+    expect(existsSync(join(installed, 'assets', 'console.js'))).toBe(true)
+    expect(existsSync(join(installed, 'assets', 'console.css'))).toBe(true)
+    // createConsole reads its assets and uPlot's at creation: it must find them where npm put them.
+    const { stdout } = await run(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        "const { createConsole } = await import('@outbox/console'); const c = createConsole({ db: { transaction() { return { execute: () => new Promise(() => {}) } } }, token: 'a-token-of-16-characters' }); process.stdout.write(typeof c.close); process.exit(0)",
+      ],
+      { cwd: app },
+    )
+    expect(stdout).toBe('function')
   }, 60_000)
 
   it('type-checks against the published declarations, from ESM and from CommonJS', async () => {
