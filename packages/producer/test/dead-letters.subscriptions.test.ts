@@ -121,6 +121,7 @@ describe('dead letters per subscription', () => {
       redriven: [first],
       notDead: [],
       deliveries: [{ eventId: first, subscriptionId: ids.a }],
+      dryRun: false,
     })
     expect(await view('a', 'x')).toEqual(RESUMED_VIEW)
     expect(await view('b', 'x')).toEqual(BLOCKED_VIEW)
@@ -135,6 +136,7 @@ describe('dead letters per subscription', () => {
       redriven: [first],
       notDead: [],
       deliveries: [{ eventId: first, subscriptionId: ids.b }],
+      dryRun: false,
     })
     expect(await view('b', 'x')).toEqual(RESUMED_VIEW)
   })
