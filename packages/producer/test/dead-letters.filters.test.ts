@@ -219,18 +219,16 @@ describe('getDeadLetter', () => {
 
   it('returns the payload and the last answer the delivery log holds', async () => {
     const { gamma } = await storeSubscriptions(t.db, { gamma: { url: sink.url } })
-    const [event] = await t.db
-      .transaction()
-      .execute((trx) =>
-        enqueueMany(trx, [
-          {
-            aggregateType: 'order',
-            aggregateId: '9',
-            eventType: 'order.paid',
-            payload: { sku: 'x-1', qty: 2 },
-          },
-        ]),
-      )
+    const [event] = await t.db.transaction().execute((trx) =>
+      enqueueMany(trx, [
+        {
+          aggregateType: 'order',
+          aggregateId: '9',
+          eventType: 'order.paid',
+          payload: { sku: 'x-1', qty: 2 },
+        },
+      ]),
+    )
     const relay = new Relay({
       db: t.db,
       allowPrivateNetworks: true,
