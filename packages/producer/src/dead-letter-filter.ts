@@ -86,7 +86,10 @@ export function deadLetterFilterOption(filter: DeadLetterFilter | undefined): Re
       (spell, got) => `${spell('filter')} must be an object of dead-letter fields, got ${got}`,
     )
   }
-  const unknown = Object.keys(filter).filter((key) => !(key in FIELDS))
+  // A key set to undefined narrows nothing either way; only a given value under an unknown name is a typo to refuse.
+  const unknown = Object.entries(filter)
+    .filter(([key, value]) => !(key in FIELDS) && value !== undefined)
+    .map(([key]) => key)
   if (unknown.length > 0) {
     throw invalidOption(
       unknown[0]!,

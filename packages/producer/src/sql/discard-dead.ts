@@ -1,6 +1,7 @@
 import { sql } from 'kysely'
+import { OutboxError } from '../errors.js'
 import { isBlockerSql } from './dead-letter-where.js'
-import type { LaneKey } from './lock-lane.js'
+import { describeLane, type LaneKey } from './lock-lane.js'
 import { type DeadLetterSelection, selectionWhere } from './redrive-dead.js'
 import type { SqlContext, TransactionContext } from './sql-context.js'
 
@@ -73,11 +74,22 @@ export async function lockCounters(ctx: TransactionContext, lanes: readonly Lane
   const ids = lanes.map((lane) => lane.aggregateId)
   // Raw SQL: row locks in byte order, under a transaction-local lock timeout.
   await sql`SELECT set_config('lock_timeout', '5s', true)`.execute(ctx.db)
-  await sql`
-    SELECT 1 FROM ${sql.id(ctx.schema, 'outbox_counter')} c
-    WHERE (c.aggregate_type, c.aggregate_id) IN (SELECT * FROM unnest(${types}::text[], ${ids}::text[]))
-    ORDER BY c.aggregate_type COLLATE "C", c.aggregate_id COLLATE "C"
-    FOR UPDATE`.execute(ctx.db)
+  try {
+    await sql`
+      SELECT 1 FROM ${sql.id(ctx.schema, 'outbox_counter')} c
+      WHERE (c.aggregate_type, c.aggregate_id) IN (SELECT * FROM unnest(${types}::text[], ${ids}::text[]))
+      ORDER BY c.aggregate_type COLLATE "C", c.aggregate_id COLLATE "C"
+      FOR UPDATE`.execute(ctx.db)
+  } catch (error) {
+    if ((error as { code?: unknown }).code === '55P03') {
+      throw new OutboxError(
+        'ERR_OUTBOX_LANE_BUSY',
+        `an enqueue or another action held ${lanes.map(describeLane).slice(0, 5).join(', ')}${lanes.length > 5 ? ', …' : ''} for more than 5 s; try again`,
+        { cause: error },
+      )
+    }
+    throw error
+  }
   await sql`SELECT set_config('lock_timeout', '0', true)`.execute(ctx.db)
 }
 
