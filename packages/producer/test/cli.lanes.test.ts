@@ -52,10 +52,10 @@ describe('outbox lanes', () => {
     const json = await runCli(['lanes', 'list', '--state', 'blocked', '--json'], env())
     const lanes = JSON.parse(json.stdout)
     expect(
-      lanes.map((lane: { aggregateId: string; reason: string }) => [lane.aggregateId, lane.reason]),
+      lanes.map((lane: { aggregateId: string; reason: string }) => [lane.aggregateId, lane.reason]).sort(),
     ).toEqual([
-      ['stuck', 'exhausted'],
       ['gap', 'conflict'],
+      ['stuck', 'exhausted'],
     ])
     const none = await runCli(['lanes', 'list', '--state', 'leased'], env())
     expect(none.stdout).toBe('no leased lanes\n')

@@ -38,11 +38,14 @@ describe('listLanes', () => {
     await relay('block').runOnce()
 
     const lanes = await listLanes(t.db, { state: 'blocked' })
-    expect(lanes.map((lane) => [lane.aggregateId, lane.reason])).toEqual([
+    // Both were blocked in one relay pass, in either order: the list is oldest block first.
+    expect(lanes.map((lane) => [lane.aggregateId, lane.reason]).sort()).toEqual([
       ['blocked', 'exhausted'],
       ['parked', 'conflict'],
     ])
-    const [blocked, parked] = lanes
+    expect(lanes[0]!.blockedAt!.getTime()).toBeLessThanOrEqual(lanes[1]!.blockedAt!.getTime())
+    const blocked = lanes.find((lane) => lane.aggregateId === 'blocked')
+    const parked = lanes.find((lane) => lane.aggregateId === 'parked')
     expect(blocked).toMatchObject({
       subscriptionId: IMPLICIT_SUBSCRIPTION,
       subscriptionName: 'default',
