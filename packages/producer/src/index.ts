@@ -37,9 +37,23 @@ export {
   type IntegrityViolation,
   type IntegrityViolationKind,
   type LaneRepairResult,
+  type RepairIntegrityOptions,
   type RepairReport,
   repairIntegrity,
 } from './integrity.js'
+export {
+  type LaneActionOptions,
+  type LaneHead,
+  type LaneState,
+  type LaneSummary,
+  type ListLanesOptions,
+  listLanes,
+  type SkipLaneHeadOptions,
+  type SkipLaneHeadResult,
+  skipLaneHead,
+  type UnblockLaneResult,
+  unblockLane,
+} from './lanes.js'
 export {
   LISTEN_CONNECT_TIMEOUT_MS,
   LISTEN_MAX_BACKOFF_MS,

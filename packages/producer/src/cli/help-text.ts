@@ -359,6 +359,7 @@ Options:
                               if larger, or their leases are reported as too long
   --overdue-after <duration>  a due head no relay holds for longer than this is a finding (default 5m)
   --limit <n>                 most lanes listed per rule (default ${DEFAULT_DOCTOR_LIMIT})
+  --actor <name>              with --repair: who repairs, as the audit log records it (default: the OS user)
 ${databaseOptions(26)}
 
 Exit codes: 0 no violations · 1 database failure · 2 usage error · ${EXIT_VIOLATIONS} violations (left after --repair)
@@ -367,6 +368,93 @@ Examples:
   outbox doctor
   outbox doctor --repair --max-lease-ms 120000
   outbox doctor --json | jq -c '.violations[]'
+`,
+
+  lanes: `Usage: outbox lanes <command> [options]
+
+A lane is one subscription's view of one aggregate: its events go out one at a time, in sequence order. These
+commands find the lanes that need an operator and move them on. Every action is recorded in the audit log
+(outbox audit) under --actor.
+
+Commands:
+  list        lanes that are blocked, struggling or held by a relay      (outbox lanes list --help)
+  unblock     lift a block or a 409 park                                 (outbox lanes unblock --help)
+  skip-head   give up on a lane's next event (it becomes a dead letter)  (outbox lanes skip-head --help)
+
+Examples:
+  outbox lanes list --state blocked
+  outbox lanes unblock --aggregate order/42 --actor alice
+  outbox lanes skip-head --subscription acme --aggregate order/42 --reason "rejected for good, TICKET-7"
+`,
+
+  'lanes list': `Usage: outbox lanes list --state blocked|struggling|leased [--subscription <s>] [options]
+
+Lists lanes in one state, with their head (the next event to go: sequence, type, attempts) and their last status
+and error:
+  blocked     parked by an exhausted event under --on-exhausted block (REASON exhausted, BLOCKER its dead
+              letter, whose status and error are shown), or by a 409 from the consumer (REASON conflict);
+              oldest block first
+  struggling  not blocked, the head failed 3 or more times and is still retried; most attempts first
+  leased      a relay holds it under a live lease right now; the lease that ends first first
+
+Options:
+  --state <state>        blocked, struggling or leased (required)
+  --subscription <s>     only this subscription's lanes: an id or a name
+  --limit <n>            most lanes listed (default ${DEFAULT_LIST_LIMIT})
+  --json                 print a JSON array of lanes (subscriptionId, subscriptionName, aggregateType, aggregateId,
+                         state, reason, blockedAt, leasedUntil, pending, head, blocker)
+${databaseOptions()}
+`,
+
+  'lanes unblock': `Usage: outbox lanes unblock --aggregate <type>/<id> [--subscription <s>] [--actor <name>] [options]
+
+Lifts a lane's block, in one transaction that waits for open enqueues of the aggregate and never runs under a
+relay's lease:
+  blocked by an exhausted event  the lane resumes as if that dead letter had been skipped: the events behind it
+                                 go next, in order. The dead letter stays dead (outbox dead-letters redrive sends
+                                 it again; an ordered consumer may then answer stale_ignored).
+  parked by a 409                the park ends and its head is sent at the next claim.
+
+Refused (exit 1) when the lane is not blocked, when a relay holds it (try again after its lease), or when an
+enqueue holds it for more than 5 s.
+
+Options:
+  --aggregate <type>/<id>  the lane's aggregate, e.g. order/42 (required)
+  --subscription <s>       the lane's subscription: an id or a name (default: the implicit one, "default")
+  --actor <name>           who acts, as the audit log records it (default: the OS user)
+  --json                   print {"outcome", "released", "blockerEventId"}
+${databaseOptions(23)}
+`,
+
+  'lanes skip-head': `Usage: outbox lanes skip-head --aggregate <type>/<id> [--subscription <s>] [--reason <text>] [options]
+
+Gives up on a lane's head (its next event): it becomes a dead letter whose last error reads
+"skipped by <actor>: <reason>", listed and redrivable like any other, and the lane moves on as under
+--on-exhausted skip: the events behind it go next, in order, and a 409 park ends. For an event the consumer
+will never accept, or a gap it waits for in vain.
+
+Refused (exit 1) on a lane blocked by an exhausted event (unblock it first or redrive its blocker), when nothing
+is pending, or while a relay holds the lane.
+
+Options:
+  --aggregate <type>/<id>  the lane's aggregate, e.g. order/42 (required)
+  --subscription <s>       the lane's subscription: an id or a name (default: the implicit one, "default")
+  --reason <text>          why, kept in the event's last error and the audit log
+  --actor <name>           who acts, as the audit log records it (default: the OS user)
+  --json                   print {"eventId", "sequence", "released"}
+${databaseOptions(23)}
+`,
+
+  audit: `Usage: outbox audit [--limit <n>] [--before <id>] [--json] [options]
+
+Lists the audit log, newest first: every lane unblock and skip, dead-letter redrive and discard, and integrity
+repair made through the API, the CLI or the console, with who did it (its actor), the target and the result.
+
+Options:
+  --limit <n>            page size (default ${DEFAULT_LIST_LIMIT}); when a page is full, stderr says how to get the next
+  --before <id>          the id of the last entry of the previous page
+  --json                 print a JSON array of entries (id, at, actor, action, target, result)
+${databaseOptions()}
 `,
 } as const
 
@@ -386,6 +474,8 @@ export const SUMMARIES: readonly (readonly [string, string])[] = [
   ['dead-letters', 'list, show, redrive (same event id and sequence) or discard dead letters'],
   ['deliveries', 'the delivery log: each attempt per subscription, its status, duration and answer'],
   ['doctor', 'check that every lane can move (stuck heads, stale blocks, long leases); --repair mends them'],
+  ['lanes', 'list blocked, struggling or leased lanes; unblock one or skip its head'],
+  ['audit', 'who unblocked, skipped, redrove, discarded or repaired what'],
 ]
 
 /** The text of `outbox --help`. */
