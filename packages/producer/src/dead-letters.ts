@@ -1,9 +1,18 @@
 import type { Kysely } from 'kysely'
+import { actorOption, recordAudit } from './audit.js'
+import {
+  type DeadLetterFilter,
+  deadLetterFilterOption,
+  filterForAudit,
+  type ResolvedDeadLetterFilter,
+} from './dead-letter-filter.js'
 import { invalidOption, OutboxError } from './errors.js'
 import { decodeCursor, encodeCursor } from './keyset-cursor.js'
+import { inTransactionRetryingDeadlocks } from './retry-deadlocks.js'
 import { resolveSchema } from './schema-name.js'
-import { redriveDead } from './sql/redrive-dead.js'
-import { selectDeadLetters } from './sql/select-dead-letters.js'
+import { type DeadLetterSelection, redriveDead, selectRedrivable } from './sql/redrive-dead.js'
+import { selectDeadLetter } from './sql/select-dead-letter.js'
+import { type DeadLetterRow, selectDeadLetters } from './sql/select-dead-letters.js'
 
 /**
  * A dead-lettered event: delivery to one subscription gave up on it, it is kept for inspection and redrive. An event
@@ -31,25 +40,40 @@ export interface DeadLetter {
   readonly lastAttemptAt: Date | null
   readonly createdAt: Date
   readonly deadAt: Date
+  /**
+   * Whether it is its lane's BLOCKER: the lane is blocked by `onExhausted: 'block'` and this is the lane's dead
+   * letter with the highest sequence. Redriving it resumes the lane; discarding it needs `unblockLanes`.
+   */
+  readonly blocksLane: boolean
   /** Pass to `after` to get the next page. */
   readonly cursor: string
 }
 
-/** Options of {@link listDeadLetters}. */
-export interface ListDeadLettersOptions {
+/** One dead letter in full: {@link DeadLetter} with its payload and what the subscriber last answered. */
+export interface DeadLetterDetail extends DeadLetter {
+  /** The event's payload as enqueued. */
+  readonly payload: unknown
+  /**
+   * The newest answer body the delivery log holds for this event and subscription (its first 500 characters, as the
+   * subscriber wrote it: show it escaped); null when none was logged (no answer came, or the log is off).
+   */
+  readonly lastAnswer: string | null
+}
+
+/** Options of {@link listDeadLetters}: a page, narrowed by any {@link DeadLetterFilter} field. */
+export interface ListDeadLettersOptions extends DeadLetterFilter {
   /** Page size. @defaultValue 100 */
   readonly limit?: number
   /** The `cursor` of the last dead letter of the previous page. */
   readonly after?: string
-  /** Only this subscription's dead letters (its id). @defaultValue every subscription's */
-  readonly subscriptionId?: string
   /** @defaultValue 'public' */
   readonly schema?: string
 }
 
 /**
- * Lists dead letters, oldest first, with their subscription and their last status and error; all of them, or one
- * subscription's. Pages stay stable while new dead letters arrive.
+ * Lists dead letters, oldest first, with their subscription, their last status and error, and whether each blocks
+ * its lane; all of them, or those a filter picks (subscription, tenant, event type or `'order.*'`, aggregate, last
+ * HTTP status, death time). Pages stay stable while new dead letters arrive; pass the same filter with `after`.
  *
  * @example
  * ```ts
@@ -59,6 +83,8 @@ export interface ListDeadLettersOptions {
  * for (const dead of await listDeadLetters(db, { limit: 20 })) {
  *   console.log(dead.subscriptionName, dead.eventId, dead.lastStatus, dead.lastError)
  * }
+ * // Yesterday's 410s of order events:
+ * await listDeadLetters(db, { eventType: 'order.*', status: 410, since: new Date(Date.now() - 86_400_000) })
  * ```
  */
 export async function listDeadLetters(
@@ -73,12 +99,16 @@ export async function listDeadLetters(
       (name, got) => `${name('limit')} must be a positive integer, got ${got}`,
     )
   }
-  const subscriptionId = subscriptionIdOption(options.subscriptionId)
+  const { limit: _limit, after, schema, ...filter } = options
   const rows = await selectDeadLetters(
-    { db, schema: resolveSchema(options.schema) },
-    { limit, after: afterCursor(options.after), subscriptionId },
+    { db, schema: resolveSchema(schema) },
+    { limit, after: afterCursor(after), filter: deadLetterFilterOption(filter) },
   )
-  return rows.map((row) => ({
+  return rows.map(deadLetterOf)
+}
+
+function deadLetterOf(row: DeadLetterRow): DeadLetter {
+  return {
     eventId: row.event_id,
     subscriptionId: row.subscription_id,
     subscriptionName: row.subscription_name,
@@ -93,12 +123,68 @@ export async function listDeadLetters(
     lastAttemptAt: row.last_attempt_at,
     createdAt: row.created_at,
     deadAt: row.dead_at,
+    blocksLane: row.blocks_lane === true,
     cursor: encodeCursor(row.dead_at_cursor, row.id),
-  }))
+  }
+}
+
+/** Options of {@link getDeadLetter}. */
+export interface GetDeadLetterOptions {
+  readonly eventId: string
+  /**
+   * The subscription whose dead letter to show (its id). @defaultValue the event's first dead letter (oldest
+   * death) among the subscriptions where it is dead
+   */
+  readonly subscriptionId?: string
+  /** @defaultValue 'public' */
+  readonly schema?: string
+}
+
+/**
+ * One dead letter in full: what {@link listDeadLetters} shows, plus its payload and the newest answer body the
+ * delivery log holds for it; undefined when the event is not dead (in that subscription).
+ *
+ * @example
+ * ```ts
+ * import type { Kysely } from 'kysely'
+ * import { getDeadLetter } from '@outbox/producer'
+ * declare const db: Kysely<any>
+ * const dead = await getDeadLetter(db, { eventId: '0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a' })
+ * if (dead) console.log(dead.lastStatus, dead.lastAnswer, dead.payload)
+ * ```
+ */
+export async function getDeadLetter(
+  db: Kysely<any>,
+  options: GetDeadLetterOptions,
+): Promise<DeadLetterDetail | undefined> {
+  const eventId = uuidOption('eventId', options?.eventId, "an event's id")
+  if (eventId === undefined) {
+    throw invalidOption(
+      'eventId',
+      undefined,
+      (name) => `${name('eventId')} is required (an event's id, a UUID)`,
+    )
+  }
+  const subscriptionId = subscriptionIdOption(options.subscriptionId)
+  const row = await selectDeadLetter(
+    { db, schema: resolveSchema(options.schema) },
+    { eventId, subscriptionId },
+  )
+  if (!row) return undefined
+  return { ...deadLetterOf(row), payload: row.payload, lastAnswer: row.last_answer }
+}
+
+/** Checks an optional uuid option. */
+function uuidOption(option: string, id: unknown, what: string): string | undefined {
+  if (id === undefined) return undefined
+  if (typeof id !== 'string' || !UUID.test(id)) {
+    throw invalidOption(option, id, (name, got) => `${name(option)} must be ${what} (a UUID), got ${got}`)
+  }
+  return id.toLowerCase()
 }
 
 /** Checks an optional `subscriptionId` option: a subscription's id is a UUID. */
-function subscriptionIdOption(id: string | undefined): string | undefined {
+export function subscriptionIdOption(id: string | undefined): string | undefined {
   if (id === undefined) return undefined
   if (typeof id !== 'string' || !UUID.test(id)) {
     throw invalidOption(
@@ -110,39 +196,21 @@ function subscriptionIdOption(id: string | undefined): string | undefined {
   return id.toLowerCase()
 }
 
-/** How often a redrive chosen as a deadlock's victim starts again before it gives up. */
-const DEADLOCK_RETRIES = 3
-
 /**
- * Runs the redrive in a transaction of its own, again when PostgreSQL chose it as a deadlock's victim (40P01): it
- * locks counters in sorted order as `enqueueMany` does, but a transaction that enqueues for two aggregates one
- * `enqueue` at a time, in the opposite order, can still meet it — and the application's transaction should not be
- * the one that pays for an operator's redrive more than once.
+ * Which dead letters {@link redrive} revives: the given event ids, all of them, or those a filter picks; in every
+ * subscription where they are dead, or in the one `subscriptionId` names.
  */
-async function redriveRetryingDeadlocks(
-  db: Kysely<any>,
-  schema: string,
-  ids: readonly string[] | 'all',
-  subscriptionId: string | undefined,
-): Promise<RedrivenDelivery[]> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await db
-        .transaction()
-        .execute((trx) => redriveDead({ db: trx, schema }, { eventIds: ids, subscriptionId }))
-    } catch (error) {
-      if ((error as { code?: unknown }).code !== '40P01' || attempt > DEADLOCK_RETRIES) throw error
-    }
-  }
-}
-
-/**
- * Which dead letters {@link redrive} revives: the given event ids, or all of them; in every subscription where they
- * are dead, or in the one `subscriptionId` names.
- */
-export type RedriveOptions = ({ readonly eventIds: readonly string[] } | { readonly all: true }) & {
+export type RedriveOptions = (
+  | { readonly eventIds: readonly string[] }
+  | { readonly all: true }
+  | { readonly filter: DeadLetterFilter }
+) & {
   /** Only this subscription's dead letters (its id). @defaultValue every subscription's */
   readonly subscriptionId?: string
+  /** Report what would be redriven, in the same shape, and change nothing. @defaultValue false */
+  readonly dryRun?: boolean
+  /** Who asks, as the audit log records it. @defaultValue 'api' */
+  readonly actor?: string
   readonly schema?: string
 }
 
@@ -163,6 +231,8 @@ export interface RedriveResult {
   readonly notDead: readonly string[]
   /** Each revived dead letter with its subscription: an event dead in two subscriptions is listed twice. */
   readonly deliveries: readonly RedrivenDelivery[]
+  /** True when nothing was changed: the lists say what a real run would have redriven. */
+  readonly dryRun: boolean
 }
 
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
@@ -179,6 +249,10 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
  * alone waits in the still-blocked lane. Under `'skip'` the lane may already have moved past the event: an ordered
  * consumer then answers `stale_ignored`, which the relay reports.
  *
+ * `dryRun: true` reports what would be redriven (same shape, `dryRun: true`) and changes nothing. A real redrive
+ * records one `'dead-letters.redrive'` row in the audit log, in its own transaction (the ids, `all` or the filter as
+ * target; the counts as result), so the row exists exactly when the redrive committed.
+ *
  * @example
  * ```ts
  * import type { Kysely } from 'kysely'
@@ -187,37 +261,89 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
  * const { redriven, notDead } = await redrive(db, { eventIds: ['0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a'] })
  * // Every dead letter of one subscription:
  * await redrive(db, { all: true, subscriptionId: '5d1c3b0e-8f7a-4e2b-9c61-2a4f0d9e7b13' })
+ * // What a filter would take, then the real thing:
+ * const preview = await redrive(db, { filter: { eventType: 'order.*', status: 503 }, dryRun: true })
+ * if (preview.deliveries.length < 100) await redrive(db, { filter: { eventType: 'order.*', status: 503 }, actor: 'ops' })
  * ```
  */
 export async function redrive(db: Kysely<any>, options: RedriveOptions): Promise<RedriveResult> {
   const schema = resolveSchema(options?.schema)
+  const forms = options ? ['eventIds', 'all', 'filter'].filter((form) => form in options) : []
+  if (forms.length > 1) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      `redrive takes one of { eventIds }, { all: true } or { filter }, got ${forms.join(' and ')}`,
+      { option: forms[1]! },
+    )
+  }
   let ids: readonly string[] | 'all'
+  let filter: ResolvedDeadLetterFilter | undefined
   if (options && 'all' in options && options.all === true) {
     ids = 'all'
   } else if (options && 'eventIds' in options && Array.isArray(options.eventIds)) {
-    const bad = options.eventIds.filter((id) => typeof id !== 'string' || !UUID.test(id))
-    if (bad.length > 0) {
-      throw new OutboxError(
-        'ERR_OUTBOX_INVALID_OPTION',
-        `event ids must be UUIDs; not one: ${bad.map((id) => JSON.stringify(id)).join(', ')}`,
-        { option: 'eventIds' },
-      )
-    }
-    ids = options.eventIds.map((id) => id.toLowerCase())
+    ids = eventIdsOption(options.eventIds)
+  } else if (options && 'filter' in options && options.filter !== undefined) {
+    ids = 'all'
+    filter = deadLetterFilterOption(options.filter)
   } else {
-    throw new OutboxError('ERR_OUTBOX_INVALID_OPTION', 'redrive needs { eventIds: [...] } or { all: true }', {
-      option: 'eventIds',
-    })
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      'redrive needs { eventIds: [...] }, { all: true } or { filter: {...} }',
+      { option: 'eventIds' },
+    )
   }
   const subscriptionId = subscriptionIdOption(options.subscriptionId)
-  const deliveries = await redriveRetryingDeadlocks(db, schema, ids, subscriptionId)
+  const actor = actorOption(options.actor)
+  const dryRun = options.dryRun === true
+  const selection: DeadLetterSelection = { eventIds: ids, subscriptionId, filter }
+  const deliveries = dryRun
+    ? await selectRedrivable({ db, schema }, selection)
+    : await inTransactionRetryingDeadlocks(db, async (trx) => {
+        const revived = await redriveDead({ db: trx, schema }, selection)
+        const redriven = new Set(revived.map((one) => one.eventId))
+        await recordAudit(
+          { db: trx, schema },
+          {
+            actor,
+            action: 'dead-letters.redrive',
+            target: {
+              ...(ids === 'all'
+                ? filter
+                  ? { filter: filterForAudit(filter) }
+                  : { all: true }
+                : { eventIds: ids }),
+              ...(subscriptionId === undefined ? {} : { subscriptionId }),
+            },
+            result: {
+              redriven: redriven.size,
+              deliveries: revived.length,
+              notDead: ids === 'all' ? 0 : ids.filter((id) => !redriven.has(id)).length,
+            },
+          },
+        )
+        return revived
+      })
   const redriven = [...new Set(deliveries.map((delivery) => delivery.eventId))]
   const revived = new Set(redriven)
   return {
     redriven,
     notDead: ids === 'all' ? [] : ids.filter((id) => !revived.has(id)),
     deliveries,
+    dryRun,
   }
+}
+
+/** Checks a list of event ids: each a UUID; returned lower case, each once. */
+export function eventIdsOption(eventIds: readonly unknown[]): string[] {
+  const bad = eventIds.filter((id) => typeof id !== 'string' || !UUID.test(id))
+  if (bad.length > 0) {
+    throw new OutboxError(
+      'ERR_OUTBOX_INVALID_OPTION',
+      `event ids must be UUIDs; not one: ${bad.map((id) => JSON.stringify(id)).join(', ')}`,
+      { option: 'eventIds' },
+    )
+  }
+  return [...new Set((eventIds as string[]).map((id) => id.toLowerCase()))]
 }
 
 /** The `after` option as the query takes it. */

@@ -1,6 +1,10 @@
 export { type AuditAction, type AuditEntry, type ListAuditOptions, listAudit } from './audit.js'
+export type { DeadLetterFilter } from './dead-letter-filter.js'
 export {
   type DeadLetter,
+  type DeadLetterDetail,
+  type GetDeadLetterOptions,
+  getDeadLetter,
   type ListDeadLettersOptions,
   listDeadLetters,
   type RedrivenDelivery,
@@ -13,6 +17,12 @@ export {
   type ListDeliveryAttemptsOptions,
   listDeliveryAttempts,
 } from './delivery-attempts.js'
+export {
+  type DiscardOptions,
+  type DiscardResult,
+  discardDeadLetters,
+  type UnblockedLane,
+} from './discard-dead-letters.js'
 export { type Duration, parseDuration } from './duration.js'
 export { type EnqueuedEvent, type EnqueueOptions, enqueue, enqueueMany } from './enqueue.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
@@ -27,9 +37,23 @@ export {
   type IntegrityViolation,
   type IntegrityViolationKind,
   type LaneRepairResult,
+  type RepairIntegrityOptions,
   type RepairReport,
   repairIntegrity,
 } from './integrity.js'
+export {
+  type LaneActionOptions,
+  type LaneHead,
+  type LaneState,
+  type LaneSummary,
+  type ListLanesOptions,
+  listLanes,
+  type SkipLaneHeadOptions,
+  type SkipLaneHeadResult,
+  skipLaneHead,
+  type UnblockLaneResult,
+  unblockLane,
+} from './lanes.js'
 export {
   LISTEN_CONNECT_TIMEOUT_MS,
   LISTEN_MAX_BACKOFF_MS,

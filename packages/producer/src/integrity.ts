@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import { actorOption, recordAudit } from './audit.js'
 import { invalidOption } from './errors.js'
 import { DEFAULT_LEASE_MS } from './options.js'
 import { pausedSubscriptionWarning } from './paused-subscription.js'
@@ -188,6 +189,12 @@ export interface RepairReport {
   readonly after: IntegrityReport
 }
 
+/** Options of {@link repairIntegrity}: those of {@link checkIntegrity}, and who repairs. */
+export interface RepairIntegrityOptions extends CheckIntegrityOptions {
+  /** Who repairs, as the audit log records it. @defaultValue 'api' */
+  readonly actor?: string
+}
+
 /** The rules a repair mends; `lease_too_long` is only reported (shortening a lease under its owner is not safe). */
 const REPAIRABLE: ReadonlySet<IntegrityViolationKind> = new Set<IntegrityViolationKind>([
   'pending_without_lane',
@@ -207,7 +214,8 @@ const REPAIRABLE: ReadonlySet<IntegrityViolationKind> = new Set<IntegrityViolati
  * dead letter that is gone resumes as if that event had been skipped; rows stuck at `'infinity'` in a lane not
  * blocked become due; stale 409 parks are cleared; a missing lane row or a counter behind its sequences is
  * restored; the rows and lane of a subscription that no longer exists are deleted. Returns what it did and a fresh
- * check.
+ * check. A run that repaired or skipped anything is recorded as ONE `integrity.repair` row of the audit log, under
+ * `actor`.
  *
  * @example
  * ```ts
@@ -221,9 +229,10 @@ const REPAIRABLE: ReadonlySet<IntegrityViolationKind> = new Set<IntegrityViolati
  */
 export async function repairIntegrity(
   db: Kysely<any>,
-  options: CheckIntegrityOptions = {},
+  options: RepairIntegrityOptions = {},
 ): Promise<RepairReport> {
   const schema = resolveSchema(options.schema)
+  const actor = actorOption(options.actor)
   const before = await checkIntegrity(db, options)
   const byLane = new Map<
     string,
@@ -252,6 +261,37 @@ export async function repairIntegrity(
   for (const lane of byLane.values()) {
     const repair = await db.transaction().execute((trx) => repairLane({ db: trx, schema }, lane))
     lanes.push({ ...repair, ...lane })
+  }
+  const acted = lanes.filter((lane) => lane.outcome === 'skipped' || lane.actions.length > 0)
+  if (acted.length > 0) {
+    // One row per run, in a small insert of its own after the lanes' transactions: each lane commits on its own (a
+    // run may stop half-way and every lane mended so far stays mended), and one row per run keeps a repair of a
+    // badly damaged outbox from flooding the log. A crash between the last lane and this insert loses the row,
+    // never a repair; the next run's check shows what is left.
+    await recordAudit(
+      { db, schema },
+      {
+        actor,
+        action: 'integrity.repair',
+        target: {
+          lanes: acted.map((lane) => ({
+            subscriptionId: lane.subscriptionId,
+            aggregateType: lane.aggregateType,
+            aggregateId: lane.aggregateId,
+            kinds: lane.kinds,
+          })),
+        },
+        result: {
+          repaired: acted.filter((lane) => lane.outcome === 'repaired').length,
+          skipped: acted.filter((lane) => lane.outcome === 'skipped').length,
+          actions: acted.map((lane) =>
+            lane.outcome === 'repaired'
+              ? { outcome: 'repaired', actions: lane.actions }
+              : { outcome: 'skipped', reason: lane.reason },
+          ),
+        },
+      },
+    )
   }
   return { lanes, after: await checkIntegrity(db, options) }
 }

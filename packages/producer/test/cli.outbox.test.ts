@@ -54,7 +54,7 @@ describe.concurrent('outbox (top level)', () => {
       'relay',
       'stats',
       'prune',
-      'dead-letters <list|redrive>',
+      'dead-letters <list|show|redrive|discard>',
       'dead-letters list',
       'dead-letters redrive',
       'prune',

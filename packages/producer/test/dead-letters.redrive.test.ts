@@ -200,6 +200,7 @@ describe('redrive', () => {
       redriven: [a[0]!.eventId],
       notDead: [a[1]!.eventId, unknown],
       deliveries: [{ eventId: a[0]!.eventId, subscriptionId: IMPLICIT_ID }],
+      dryRun: false,
     })
     const after = await row(a[0]!.eventId)
     expect(after).toMatchObject({
@@ -239,6 +240,7 @@ describe('redrive', () => {
       redriven: [a[0]!.eventId],
       notDead: [],
       deliveries: [{ eventId: a[0]!.eventId, subscriptionId: IMPLICIT_ID }],
+      dryRun: false,
     })
 
     expect(await lane('A')).toMatchObject({ blocked_reason: null, blocked_at: null })
@@ -262,7 +264,12 @@ describe('redrive', () => {
     expect([...result.redriven].sort()).toEqual([a[1]!.eventId, b[0]!.eventId].sort())
     expect(result.notDead).toEqual([])
     expect(await stats(t.db)).toMatchObject({ dead: 0, pending: 3 })
-    expect(await redrive(t.db, { all: true })).toEqual({ redriven: [], notDead: [], deliveries: [] })
+    expect(await redrive(t.db, { all: true })).toEqual({
+      redriven: [],
+      notDead: [],
+      deliveries: [],
+      dryRun: false,
+    })
   })
 
   it('refuses bad options and changes nothing', async () => {

@@ -121,6 +121,7 @@ describe('dead letters per subscription', () => {
       redriven: [first],
       notDead: [],
       deliveries: [{ eventId: first, subscriptionId: ids.a }],
+      dryRun: false,
     })
     expect(await view('a', 'x')).toEqual(RESUMED_VIEW)
     expect(await view('b', 'x')).toEqual(BLOCKED_VIEW)
@@ -135,6 +136,7 @@ describe('dead letters per subscription', () => {
       redriven: [first],
       notDead: [],
       deliveries: [{ eventId: first, subscriptionId: ids.b }],
+      dryRun: false,
     })
     expect(await view('b', 'x')).toEqual(RESUMED_VIEW)
   })
@@ -205,7 +207,12 @@ describe('dead letters per subscription', () => {
     expect(await view('a', 'x')).toEqual(RESUMED_VIEW)
     expect(await view('b', 'x')).toEqual(BLOCKED_VIEW)
 
-    const bad = await runCli(['dead-letters', 'list', '--subscription', 'b'], env)
-    expectFailure(bad, 2, /--subscription must be a subscription's id \(a UUID\), got "b"/)
+    // A name is looked up; one that names no subscription is a usage error.
+    const byName = await runCli(['dead-letters', 'list', '--subscription', 'b', '--json'], env)
+    expect(JSON.parse(byName.stdout).map((one: { subscriptionId: string }) => one.subscriptionId)).toEqual([
+      ids.b,
+    ])
+    const bad = await runCli(['dead-letters', 'list', '--subscription', 'nope'], env)
+    expectFailure(bad, 2, /no subscription "nope" \(see outbox subscriptions list\)/)
   })
 })

@@ -107,6 +107,7 @@ describe('dead letters', () => {
         deliveries: [
           { eventId: poisonRow!.event_id, subscriptionId: '00000000-0000-0000-0000-000000000000' },
         ],
+        dryRun: false,
       })
       expect(await stats(t.db)).toMatchObject({ blocked: 0 })
       await relay.runOnce()
@@ -177,6 +178,7 @@ describe('dead letters', () => {
       redriven: [],
       notDead: [row!.event_id],
       deliveries: [],
+      dryRun: false,
     })
     await expect(redrive(t.db, { eventIds: ['nope'] })).rejects.toThrow(/UUID/)
   })

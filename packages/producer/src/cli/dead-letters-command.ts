@@ -1,9 +1,22 @@
+import { userInfo } from 'node:os'
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
-import type { DeadLetter, RedrivenDelivery } from '../index.js'
+import type {
+  DeadLetter,
+  DeadLetterDetail,
+  DiscardResult,
+  RedrivenDelivery,
+  RedriveOptions,
+} from '../index.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
-import { UsageError } from './cli-error.js'
+import { CliError, UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
-import { formatTable, truncate } from './format-text.js'
+import {
+  DEAD_LETTER_FILTER_FLAGS,
+  filterFromFlags,
+  hasFilterFlags,
+  subscriptionFromFlag,
+} from './dead-letter-filter-flags.js'
+import { escapeControls, formatTable, truncate } from './format-text.js'
 import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { withFlagNames } from './option-flags.js'
@@ -33,23 +46,26 @@ function row(dead: DeadLetter, withSubscription: boolean): string[] {
 async function list(argv: readonly string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('dead-letters list', argv, {
     ...DATABASE_FLAGS,
+    ...DEAD_LETTER_FILTER_FLAGS,
     json: { type: 'boolean' },
     limit: { type: 'string' },
     after: { type: 'string' },
-    subscription: { type: 'string' },
   })
   const limit = integerFlag(values.limit, 'limit', 1, 10_000) ?? DEFAULT_LIST_LIMIT
+  const filter = filterFromFlags(values)
   const target = resolveDatabase(values, io.env)
-  const { listDeadLetters } = await loadProducer()
+  const producer = await loadProducer()
   const dead = await withFlagNames(values, () =>
-    withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
-      listDeadLetters(db, {
+    withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, async (db) => {
+      const subscriptionId = await subscriptionFromFlag(producer, db, values.subscription, target.schema)
+      return await producer.listDeadLetters(db, {
+        ...filter,
         limit,
         after: values.after,
-        subscriptionId: values.subscription,
+        ...(subscriptionId === undefined ? {} : { subscriptionId }),
         schema: target.schema,
-      }),
-    ),
+      })
+    }),
   )
   if (values.json) {
     writeLine(io.stdout, JSON.stringify(dead, null, 2))
@@ -75,14 +91,32 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
   }
   const last = dead.at(-1)
   if (dead.length === limit && last) {
-    // On stderr, so `--json` output stays one document.
-    const only = values.subscription === undefined ? '' : ` --subscription ${values.subscription}`
+    // On stderr, so `--json` output stays one document; the filters are repeated so the next page keeps them.
+    const filters = Object.keys(DEAD_LETTER_FILTER_FLAGS)
+      .filter((flag) => values[flag as keyof typeof values] !== undefined)
+      .map((flag) => ` --${flag} ${shellWord(String(values[flag as keyof typeof values]))}`)
+      .join('')
     writeLine(
       io.stderr,
-      `more may follow: outbox dead-letters list${only} --limit ${limit} --after ${last.cursor}`,
+      `more may follow: outbox dead-letters list${filters} --limit ${limit} --after ${last.cursor}`,
     )
   }
   return 0
+}
+
+/** A flag value as a shell word: as it is when it is plain, else single-quoted. */
+function shellWord(value: string): string {
+  return /^[\w.:/@*+-]+$/.test(value) ? value : `'${value.replace(/'/g, `'\\''`)}'`
+}
+
+/** The operator the audit log records: `--actor`, else the OS user, else `cli`. */
+function actorOf(flag: string | undefined): string {
+  if (flag !== undefined) return flag
+  try {
+    return userInfo().username || 'cli'
+  } catch {
+    return 'cli'
+  }
 }
 
 async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<number> {
@@ -91,26 +125,52 @@ async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<n
     argv,
     {
       ...DATABASE_FLAGS,
+      ...DEAD_LETTER_FILTER_FLAGS,
       all: { type: 'boolean' },
       json: { type: 'boolean' },
-      subscription: { type: 'string' },
+      'dry-run': { type: 'boolean' },
+      actor: { type: 'string' },
     },
     true,
   )
+  // --subscription scopes ids and --all as it always did; with neither, it is a filter like the others.
+  const { subscription: _scope, ...narrowing } = values
+  const filtered = hasFilterFlags(narrowing)
   if (values.all && positionals.length > 0) {
     throw new UsageError('give event ids or --all, not both (see outbox dead-letters redrive --help)')
   }
-  if (!values.all && positionals.length === 0) {
-    throw new UsageError('give the event ids to redrive, or --all (see outbox dead-letters redrive --help)')
+  if ((values.all || positionals.length > 0) && filtered) {
+    throw new UsageError(
+      'give event ids, --all or filters (--tenant, --event-type, --aggregate, --status, --since, --until), not several (see outbox dead-letters redrive --help)',
+    )
+  }
+  const byFilter = filtered || (!values.all && positionals.length === 0 && values.subscription !== undefined)
+  if (!values.all && positionals.length === 0 && !byFilter) {
+    throw new UsageError(
+      'give the event ids to redrive, or --all, or filters such as --event-type or --status (see outbox dead-letters redrive --help)',
+    )
   }
   const eventIds = [...new Set(positionals.map((id) => id.trim().toLowerCase()))]
+  const filter = filterFromFlags(values)
+  const dryRun = values['dry-run'] === true
   const target = resolveDatabase(values, io.env)
-  const { redrive } = await loadProducer()
-  const scope = { subscriptionId: values.subscription, schema: target.schema }
+  const producer = await loadProducer()
   const result = await withFlagNames(values, () =>
-    withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, (db) =>
-      redrive(db, values.all ? { all: true, ...scope } : { eventIds, ...scope }),
-    ),
+    withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, async (db) => {
+      const subscriptionId = await subscriptionFromFlag(producer, db, values.subscription, target.schema)
+      const scope = {
+        dryRun,
+        actor: actorOf(values.actor),
+        schema: target.schema,
+        ...(subscriptionId === undefined ? {} : { subscriptionId }),
+      }
+      const form: RedriveOptions = byFilter
+        ? { filter, ...scope }
+        : values.all
+          ? { all: true, ...scope }
+          : { eventIds, ...scope }
+      return await producer.redrive(db, form)
+    }),
   )
   if (values.json) {
     writeLine(io.stdout, JSON.stringify(result))
@@ -119,12 +179,17 @@ async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<n
   if (result.redriven.length === 0) {
     writeLine(
       io.stdout,
-      !values.all
-        ? 'nothing redriven'
-        : values.subscription === undefined
-          ? 'nothing to redrive: there are no dead letters'
-          : 'nothing to redrive: this subscription has no dead letters',
+      byFilter
+        ? 'nothing to redrive: no dead letter matches these filters'
+        : !values.all
+          ? 'nothing redriven'
+          : values.subscription === undefined
+            ? 'nothing to redrive: there are no dead letters'
+            : 'nothing to redrive: this subscription has no dead letters',
     )
+  } else if (dryRun) {
+    writeLine(io.stdout, `would redrive ${result.redriven.length} (dry run, nothing changed):`)
+    for (const line of redrivenLines(result.redriven, result.deliveries)) writeLine(io.stdout, line)
   } else {
     writeLine(
       io.stdout,
@@ -140,6 +205,172 @@ async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<n
     for (const id of result.notDead) writeLine(io.stdout, `  ${id}`)
   }
   return 0
+}
+
+async function discard(argv: readonly string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseFlags(
+    'dead-letters discard',
+    argv,
+    {
+      ...DATABASE_FLAGS,
+      ...DEAD_LETTER_FILTER_FLAGS,
+      json: { type: 'boolean' },
+      'dry-run': { type: 'boolean' },
+      unblock: { type: 'boolean' },
+      actor: { type: 'string' },
+    },
+    true,
+  )
+  const { subscription: _scope, ...narrowing } = values
+  const filtered = hasFilterFlags(narrowing)
+  if (positionals.length > 0 && filtered) {
+    throw new UsageError(
+      'give event ids or filters (--tenant, --event-type, --aggregate, --status, --since, --until), not both (see outbox dead-letters discard --help)',
+    )
+  }
+  const byFilter = positionals.length === 0
+  if (byFilter && !hasFilterFlags(values)) {
+    // Never everything by accident: a discard names what it deletes.
+    throw new UsageError(
+      'give the event ids to discard, or filters such as --event-type or --status; discard never deletes every dead letter at once (see outbox dead-letters discard --help)',
+    )
+  }
+  const eventIds = [...new Set(positionals.map((id) => id.trim().toLowerCase()))]
+  const filter = filterFromFlags(values)
+  const dryRun = values['dry-run'] === true
+  const target = resolveDatabase(values, io.env)
+  const producer = await loadProducer()
+  const result = await withFlagNames(values, () =>
+    withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, async (db) => {
+      const subscriptionId = await subscriptionFromFlag(producer, db, values.subscription, target.schema)
+      const scope = {
+        dryRun,
+        unblockLanes: values.unblock === true,
+        actor: actorOf(values.actor),
+        schema: target.schema,
+      }
+      return await producer.discardDeadLetters(
+        db,
+        byFilter
+          ? { filter: { ...filter, ...(subscriptionId === undefined ? {} : { subscriptionId }) }, ...scope }
+          : { eventIds, ...scope, ...(subscriptionId === undefined ? {} : { subscriptionId }) },
+      )
+    }),
+  )
+  if (values.json) {
+    writeLine(io.stdout, JSON.stringify(result))
+    return 0
+  }
+  for (const line of discardLines(result)) writeLine(io.stdout, line)
+  return 0
+}
+
+/** What a discard did (or would do), for the operator. */
+function discardLines(result: DiscardResult): string[] {
+  const lines: string[] = []
+  const would = result.dryRun ? 'would ' : ''
+  if (result.discarded.length === 0) {
+    lines.push('nothing to discard: no dead letter matches')
+  } else {
+    lines.push(
+      result.dryRun
+        ? `would discard ${result.discarded.length} (dry run, nothing changed):`
+        : `discarded ${result.discarded.length} (deleted for good):`,
+    )
+    for (const one of result.discarded) {
+      lines.push(
+        one.subscriptionId === IMPLICIT_SUBSCRIPTION_ID
+          ? `  ${one.eventId}`
+          : `  ${one.eventId}  subscription ${one.subscriptionId}`,
+      )
+    }
+  }
+  if (result.unblocked.length > 0) {
+    lines.push(`${would}resume ${result.unblocked.length} lane(s) as if their dead letter had been skipped:`)
+    for (const lane of result.unblocked) {
+      lines.push(
+        `  ${escapeControls(`${lane.aggregateType}/${lane.aggregateId}`)} of subscription ${lane.subscriptionId}: ${lane.released} event(s) ${result.dryRun ? 'to release' : 'released'}`,
+      )
+    }
+  }
+  if (result.notDead.length > 0) {
+    lines.push(
+      `not dead letters, left unchanged (unknown, pending or already sent): ${result.notDead.length}`,
+    )
+    for (const id of result.notDead) lines.push(`  ${id}`)
+  }
+  return lines
+}
+
+async function show(argv: readonly string[], io: CliIo): Promise<number> {
+  const { values, positionals } = parseFlags(
+    'dead-letters show',
+    argv,
+    { ...DATABASE_FLAGS, subscription: { type: 'string' }, json: { type: 'boolean' } },
+    true,
+  )
+  if (positionals.length !== 1) {
+    throw new UsageError(
+      positionals.length === 0
+        ? 'give the event id to show (see outbox dead-letters show --help)'
+        : 'give one event id to show (see outbox dead-letters show --help)',
+    )
+  }
+  const eventId = positionals[0]!.trim()
+  const target = resolveDatabase(values, io.env)
+  const producer = await loadProducer()
+  const dead = await withFlagNames(values, () =>
+    withDatabase(target, { applicationName: 'outbox dead-letters', max: 1 }, async (db) => {
+      const subscriptionId = await subscriptionFromFlag(producer, db, values.subscription, target.schema)
+      return await producer.getDeadLetter(db, {
+        eventId,
+        schema: target.schema,
+        ...(subscriptionId === undefined ? {} : { subscriptionId }),
+      })
+    }),
+  )
+  if (!dead) {
+    throw new CliError(
+      `no dead letter ${eventId}${values.subscription === undefined ? '' : ` in subscription ${values.subscription}`} (unknown, pending or already sent; see outbox dead-letters list)`,
+    )
+  }
+  if (values.json) {
+    writeLine(io.stdout, JSON.stringify(dead, null, 2))
+    return 0
+  }
+  for (const line of detailLines(dead)) writeLine(io.stdout, line)
+  return 0
+}
+
+/** The detail view: fields, then the last error, the last answer and the payload, escaped (subscriber text). */
+function detailLines(dead: DeadLetterDetail): string[] {
+  const field = (name: string, value: string) => `${name.padEnd(14)}${escapeControls(value)}`
+  return [
+    field('event', dead.eventId),
+    field(
+      'subscription',
+      dead.subscriptionName === null
+        ? dead.subscriptionId
+        : `${dead.subscriptionName} (${dead.subscriptionId})`,
+    ),
+    field('tenant', dead.tenant ?? '-'),
+    field('aggregate', `${dead.aggregateType}/${dead.aggregateId}  sequence ${dead.sequence}`),
+    field('type', dead.eventType),
+    field('attempts', String(dead.attempts)),
+    field('last status', dead.lastStatus === null ? '- (no HTTP answer)' : String(dead.lastStatus)),
+    field('last attempt', dead.lastAttemptAt?.toISOString() ?? '-'),
+    field('dead at', dead.deadAt.toISOString()),
+    field(
+      'blocks lane',
+      dead.blocksLane ? 'yes: redrive it to resume the lane, or discard it with --unblock to skip it' : 'no',
+    ),
+    field('last error', dead.lastError ?? '-'),
+    field('last answer', dead.lastAnswer ?? '- (none in the delivery log)'),
+    'payload:',
+    ...JSON.stringify(dead.payload, null, 2)
+      .split('\n')
+      .map((line) => `  ${escapeControls(line)}`),
+  ]
 }
 
 /**
@@ -159,17 +390,19 @@ function redrivenLines(redriven: readonly string[], deliveries: readonly Redrive
   })
 }
 
-/** `outbox dead-letters list|redrive`: inspect dead letters and send them again. */
+/** `outbox dead-letters list|show|redrive|discard`: inspect dead letters, send them again or delete them. */
 export async function deadLettersCommand(argv: readonly string[], io: CliIo): Promise<number> {
   const [sub, ...rest] = argv
   if (sub === 'list') return await list(rest, io)
+  if (sub === 'show') return await show(rest, io)
   if (sub === 'redrive') return await redriveDeadLetters(rest, io)
+  if (sub === 'discard') return await discard(rest, io)
   if (sub === undefined) {
     throw new UsageError(
-      'missing subcommand: outbox dead-letters list|redrive (see outbox dead-letters --help)',
+      'missing subcommand: outbox dead-letters list|show|redrive|discard (see outbox dead-letters --help)',
     )
   }
   throw new UsageError(
-    `unknown subcommand ${JSON.stringify(sub)}: use outbox dead-letters list|redrive (see outbox dead-letters --help)`,
+    `unknown subcommand ${JSON.stringify(sub)}: use outbox dead-letters list|show|redrive|discard (see outbox dead-letters --help)`,
   )
 }

@@ -99,6 +99,18 @@ export function explainDatabaseError(error: unknown, target?: DatabaseTarget): s
   return undefined
 }
 
+/**
+ * Refusals of an operator action (`outbox lanes unblock|skip-head`): the lane is held by a relay, busy, not in the
+ * state the action needs, or the action would bend an ordering guarantee. The library's message already says what
+ * to do instead; they are runtime outcomes (exit 1), not usage errors — the command line was right.
+ */
+const ACTION_REFUSALS: ReadonlySet<string> = new Set([
+  'ERR_OUTBOX_LANE_NOT_FOUND',
+  'ERR_OUTBOX_LANE_LEASED',
+  'ERR_OUTBOX_LANE_BUSY',
+  'ERR_OUTBOX_REFUSED',
+])
+
 /** What the top level prints and exits with for any error. */
 export interface ErrorReport {
   readonly message: string
@@ -113,6 +125,9 @@ export function describeError(error: unknown): ErrorReport {
   if (error instanceof CliError) return { message: error.message, exitCode: error.exitCode }
   const database = explainDatabaseError(error)
   if (database !== undefined && !isOutboxError(error)) return { message: database, exitCode: 1 }
+  if (isOutboxError(error) && ACTION_REFUSALS.has(error.code)) {
+    return { message: error.message, exitCode: 1 }
+  }
   if (isOutboxError(error)) {
     return {
       // An option error no command mapped is still reported under its flag, never the library's option name.

@@ -1,5 +1,6 @@
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { IntegrityReport, LaneRepairResult, RepairReport } from '../index.js'
+import { cliActor } from './cli-actor.js'
 import { DEFAULT_DOCTOR_LIMIT, EXIT_VIOLATIONS } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
@@ -16,6 +17,7 @@ const FLAGS = {
   'max-lease-ms': { type: 'string' },
   'overdue-after': { type: 'string' },
   limit: { type: 'string' },
+  actor: { type: 'string' },
 } as const
 
 function plural(count: number, word: string): string {
@@ -136,12 +138,15 @@ export async function doctorCommand(argv: readonly string[], io: CliIo): Promise
       `--overdue-after must be at least 1ms, got ${JSON.stringify(values['overdue-after'])}`,
     )
   }
+  if (values.actor !== undefined && !values.repair) {
+    throw new UsageError('--actor names who repairs: it goes with --repair (a check records nothing)')
+  }
   const options = { schema: target.schema, maxLeaseMs, overdueAfterMs, limit }
   // Two connections: the check reads the violations and the overdue heads at the same time.
   return await withFlagNames(values, () =>
     withDatabase(target, { applicationName: 'outbox doctor', max: 2 }, async (db) => {
       if (values.repair) {
-        const repair = await producer.repairIntegrity(db, options)
+        const repair = await producer.repairIntegrity(db, { ...options, actor: cliActor(values.actor) })
         if (values.json) writeLine(io.stdout, JSON.stringify(repair))
         else for (const line of repairLines(repair)) writeLine(io.stdout, line)
         warn(repair.after, io)

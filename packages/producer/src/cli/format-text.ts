@@ -38,3 +38,18 @@ export function truncate(text: string, max: number): string {
   const line = text.replace(/\s+/g, ' ').trim()
   return line.length <= max ? line : `${line.slice(0, Math.max(0, max - 1))}…`
 }
+
+/**
+ * Text a subscriber or an event supplied, made safe to print on a terminal: every control character (C0, DEL and
+ * C1, which include ESC and CSI, so an answer body cannot move the cursor, recolour or retitle the operator's
+ * terminal) is written as a visible escape (`\n`, `\t`, `\u001b`).
+ */
+export function escapeControls(text: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: matching control characters is the point.
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (char) => {
+    if (char === '\n') return '\\n'
+    if (char === '\r') return '\\r'
+    if (char === '\t') return '\\t'
+    return `\\u${char.charCodeAt(0).toString(16).padStart(4, '0')}`
+  })
+}

@@ -179,22 +179,28 @@ Example (crontab):
   15 * * * *  outbox prune --retention 30d --dead-letter-retention 90d --delivery-log-retention 7d --pause-ms 50
 `,
 
-  'dead-letters': `Usage: outbox dead-letters <list|redrive> [options]
+  'dead-letters': `Usage: outbox dead-letters <list|show|redrive|discard> [options]
 
-Inspect and repair events whose delivery gave up.
+Inspect, repair or delete events whose delivery gave up.
 
 Commands:
   list      list dead letters, oldest first        (outbox dead-letters list --help)
+  show      one dead letter with its payload       (outbox dead-letters show --help)
   redrive   send dead letters again                (outbox dead-letters redrive --help)
+  discard   delete dead letters for good           (outbox dead-letters discard --help)
 
 Examples:
   outbox dead-letters list
+  outbox dead-letters list --event-type 'order.*' --status 410 --since 24h
   outbox dead-letters list --json | jq -r '.[].eventId'
+  outbox dead-letters show 0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a
   outbox dead-letters redrive 0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a
+  outbox dead-letters redrive --status 503 --since 2h --dry-run
   outbox dead-letters redrive --all
+  outbox dead-letters discard --event-type 'user.*' --status 410 --dry-run
 `,
 
-  'dead-letters list': `Usage: outbox dead-letters list [--json] [--limit <n>] [--after <cursor>] [options]
+  'dead-letters list': `Usage: outbox dead-letters list [filters] [--json] [--limit <n>] [--after <cursor>] [options]
 
 Lists dead-lettered events, oldest first, with their attempts, last HTTP status and last error (and their
 subscription, once one is not the implicit one).
@@ -202,15 +208,39 @@ subscription, once one is not the implicit one).
 Options:
   --json                 print a JSON array of dead letters (eventId, subscriptionId, subscriptionName, tenant,
                          aggregateType, aggregateId, sequence, eventType, attempts, lastStatus, lastError,
-                         lastAttemptAt, createdAt, deadAt, cursor)
-  --subscription <id>    only this subscription's dead letters
+                         lastAttemptAt, createdAt, deadAt, blocksLane, cursor)
   --limit <n>            page size (default ${DEFAULT_LIST_LIMIT}); when a page is full, stderr says how to get the next
-  --after <cursor>       the cursor of the last dead letter of the previous page
+  --after <cursor>       the cursor of the last dead letter of the previous page (give the same filters)
+
+Filters (list, redrive, discard; together they narrow with AND):
+  --subscription <id|name>   only this subscription's dead letters
+  --tenant <tenant>          only events enqueued for this tenant
+  --event-type <type>        an exact type (order.paid) or a prefix ending in * (order.*), as subscriptions match
+  --aggregate <type>/<id>    only this aggregate's dead letters (e.g. order/42)
+  --status <code>            only those whose last attempt got this HTTP status (100-599)
+  --since <when>             died at or after: a duration ago (2h, 7d) or an ISO time (2026-01-10T12:00:00Z)
+  --until <when>             died before: the same forms
+${databaseOptions()}
+`,
+
+  'dead-letters show': `Usage: outbox dead-letters show <event-id> [--subscription <id|name>] [--json] [options]
+
+Shows one dead letter in full: its fields, whether it blocks its lane, its last error, the newest answer body the
+delivery log holds for it (none when the log is off for it), and its payload as pretty JSON. Text a subscriber or
+an event supplied is printed with control characters escaped (\\n, \\u001b), so it cannot act on the terminal.
+Exits 1 when the event is not a dead letter.
+
+An event dead in several subscriptions shows its oldest dead letter unless --subscription names one.
+
+Options:
+  --subscription <id|name>   this subscription's dead letter of the event
+  --json                     print the dead letter as JSON (the list's fields, payload, lastAnswer)
 ${databaseOptions()}
 `,
 
   'dead-letters redrive': `Usage: outbox dead-letters redrive <event-id>... [options]
        outbox dead-letters redrive --all [options]
+       outbox dead-letters redrive <filters> [options]
 
 Puts dead letters back to pending: the same event id and sequence, attempts reset. Each affected lane is locked
 while this happens, so a lane never has two requests in flight; a lane parked by --on-exhausted block resumes in
@@ -218,14 +248,55 @@ order, starting with the revived event. Under skip (the default) the lane may al
 an ordered consumer then answers stale_ignored, which the relay logs.
 
 Reports which events were redriven and which given ids were not dead letters (unknown, pending or already sent;
-those are left unchanged). Exits 0 either way; use --json to act on the lists.
+those are left unchanged). Exits 0 either way; use --json to act on the lists. --dry-run prints what would be
+redriven and changes nothing. A real redrive is recorded in the audit log.
 
 An event is redriven in every subscription where it is dead, unless --subscription names one.
 
 Options:
   --all                  redrive every dead letter
-  --subscription <id>    only this subscription's dead letters
-  --json                 print {"redriven": [...], "notDead": [...], "deliveries": [{"eventId", "subscriptionId"}]}
+  --dry-run              print what would be redriven; change nothing
+  --actor <name>         who asks, as the audit log records it (default: the OS user, else cli)
+  --json                 print {"redriven": [...], "notDead": [...], "deliveries": [{"eventId", "subscriptionId"}],
+                         "dryRun"}
+
+Filters (list, redrive, discard; together they narrow with AND):
+  --subscription <id|name>   only this subscription's dead letters
+  --tenant <tenant>          only events enqueued for this tenant
+  --event-type <type>        an exact type (order.paid) or a prefix ending in * (order.*), as subscriptions match
+  --aggregate <type>/<id>    only this aggregate's dead letters (e.g. order/42)
+  --status <code>            only those whose last attempt got this HTTP status (100-599)
+  --since <when>             died at or after: a duration ago (2h, 7d) or an ISO time (2026-01-10T12:00:00Z)
+  --until <when>             died before: the same forms
+${databaseOptions()}
+`,
+
+  'dead-letters discard': `Usage: outbox dead-letters discard <event-id>... [--dry-run] [--unblock] [--actor <name>] [options]
+       outbox dead-letters discard <filters> [--dry-run] [--unblock] [--actor <name>] [options]
+
+Deletes dead letters for good (dead ones only: a pending or sent event is never touched). Give event ids or at
+least one filter: a bare discard is refused, it never deletes every dead letter by accident.
+
+A dead letter that blocks its lane (--on-exhausted block: the lane waits for it) is refused, and nothing is
+deleted, unless --unblock: then each such lane is resumed first, as if its dead letter had been skipped (the
+events parked behind it are delivered, in order). Recorded in the audit log.
+
+Options:
+  --dry-run              print what would be discarded and which lanes resumed; change nothing (a blocker
+                         without --unblock is still refused)
+  --unblock              allow discarding a lane's blocker, resuming its lane
+  --actor <name>         who asks, as the audit log records it (default: the OS user, else cli)
+  --json                 print {"dryRun", "discarded": [{"eventId", "subscriptionId"}], "unblocked":
+                         [{"subscriptionId", "aggregateType", "aggregateId", "released"}], "notDead": [...]}
+
+Filters (list, redrive, discard; together they narrow with AND):
+  --subscription <id|name>   only this subscription's dead letters
+  --tenant <tenant>          only events enqueued for this tenant
+  --event-type <type>        an exact type (order.paid) or a prefix ending in * (order.*), as subscriptions match
+  --aggregate <type>/<id>    only this aggregate's dead letters (e.g. order/42)
+  --status <code>            only those whose last attempt got this HTTP status (100-599)
+  --since <when>             died at or after: a duration ago (2h, 7d) or an ISO time (2026-01-10T12:00:00Z)
+  --until <when>             died before: the same forms
 ${databaseOptions()}
 `,
 
@@ -288,6 +359,7 @@ Options:
                               if larger, or their leases are reported as too long
   --overdue-after <duration>  a due head no relay holds for longer than this is a finding (default 5m)
   --limit <n>                 most lanes listed per rule (default ${DEFAULT_DOCTOR_LIMIT})
+  --actor <name>              with --repair: who repairs, as the audit log records it (default: the OS user)
 ${databaseOptions(26)}
 
 Exit codes: 0 no violations · 1 database failure · 2 usage error · ${EXIT_VIOLATIONS} violations (left after --repair)
@@ -296,6 +368,93 @@ Examples:
   outbox doctor
   outbox doctor --repair --max-lease-ms 120000
   outbox doctor --json | jq -c '.violations[]'
+`,
+
+  lanes: `Usage: outbox lanes <command> [options]
+
+A lane is one subscription's view of one aggregate: its events go out one at a time, in sequence order. These
+commands find the lanes that need an operator and move them on. Every action is recorded in the audit log
+(outbox audit) under --actor.
+
+Commands:
+  list        lanes that are blocked, struggling or held by a relay      (outbox lanes list --help)
+  unblock     lift a block or a 409 park                                 (outbox lanes unblock --help)
+  skip-head   give up on a lane's next event (it becomes a dead letter)  (outbox lanes skip-head --help)
+
+Examples:
+  outbox lanes list --state blocked
+  outbox lanes unblock --aggregate order/42 --actor alice
+  outbox lanes skip-head --subscription acme --aggregate order/42 --reason "rejected for good, TICKET-7"
+`,
+
+  'lanes list': `Usage: outbox lanes list --state blocked|struggling|leased [--subscription <s>] [options]
+
+Lists lanes in one state, with their head (the next event to go: sequence, type, attempts) and their last status
+and error:
+  blocked     parked by an exhausted event under --on-exhausted block (REASON exhausted, BLOCKER its dead
+              letter, whose status and error are shown), or by a 409 from the consumer (REASON conflict);
+              oldest block first
+  struggling  not blocked, the head failed 3 or more times and is still retried; most attempts first
+  leased      a relay holds it under a live lease right now; the lease that ends first first
+
+Options:
+  --state <state>        blocked, struggling or leased (required)
+  --subscription <s>     only this subscription's lanes: an id or a name
+  --limit <n>            most lanes listed (default ${DEFAULT_LIST_LIMIT})
+  --json                 print a JSON array of lanes (subscriptionId, subscriptionName, aggregateType, aggregateId,
+                         state, reason, blockedAt, leasedUntil, pending, head, blocker)
+${databaseOptions()}
+`,
+
+  'lanes unblock': `Usage: outbox lanes unblock --aggregate <type>/<id> [--subscription <s>] [--actor <name>] [options]
+
+Lifts a lane's block, in one transaction that waits for open enqueues of the aggregate and never runs under a
+relay's lease:
+  blocked by an exhausted event  the lane resumes as if that dead letter had been skipped: the events behind it
+                                 go next, in order. The dead letter stays dead (outbox dead-letters redrive sends
+                                 it again; an ordered consumer may then answer stale_ignored).
+  parked by a 409                the park ends and its head is sent at the next claim.
+
+Refused (exit 1) when the lane is not blocked, when a relay holds it (try again after its lease), or when an
+enqueue holds it for more than 5 s.
+
+Options:
+  --aggregate <type>/<id>  the lane's aggregate, e.g. order/42 (required)
+  --subscription <s>       the lane's subscription: an id or a name (default: the implicit one, "default")
+  --actor <name>           who acts, as the audit log records it (default: the OS user)
+  --json                   print {"outcome", "released", "blockerEventId"}
+${databaseOptions(23)}
+`,
+
+  'lanes skip-head': `Usage: outbox lanes skip-head --aggregate <type>/<id> [--subscription <s>] [--reason <text>] [options]
+
+Gives up on a lane's head (its next event): it becomes a dead letter whose last error reads
+"skipped by <actor>: <reason>", listed and redrivable like any other, and the lane moves on as under
+--on-exhausted skip: the events behind it go next, in order, and a 409 park ends. For an event the consumer
+will never accept, or a gap it waits for in vain.
+
+Refused (exit 1) on a lane blocked by an exhausted event (unblock it first or redrive its blocker), when nothing
+is pending, or while a relay holds the lane.
+
+Options:
+  --aggregate <type>/<id>  the lane's aggregate, e.g. order/42 (required)
+  --subscription <s>       the lane's subscription: an id or a name (default: the implicit one, "default")
+  --reason <text>          why, kept in the event's last error and the audit log
+  --actor <name>           who acts, as the audit log records it (default: the OS user)
+  --json                   print {"eventId", "sequence", "released"}
+${databaseOptions(23)}
+`,
+
+  audit: `Usage: outbox audit [--limit <n>] [--before <id>] [--json] [options]
+
+Lists the audit log, newest first: every lane unblock and skip, dead-letter redrive and discard, and integrity
+repair made through the API, the CLI or the console, with who did it (its actor), the target and the result.
+
+Options:
+  --limit <n>            page size (default ${DEFAULT_LIST_LIMIT}); when a page is full, stderr says how to get the next
+  --before <id>          the id of the last entry of the previous page
+  --json                 print a JSON array of entries (id, at, actor, action, target, result)
+${databaseOptions()}
 `,
 } as const
 
@@ -312,9 +471,11 @@ export const SUMMARIES: readonly (readonly [string, string])[] = [
   ],
   ['stats', 'lag, pending, in-flight, struggling, dead and blocked counts (--watch to follow)'],
   ['prune', 'delete sent events (and optionally dead letters) past retention, in bounded batches'],
-  ['dead-letters', 'list dead letters, or redrive them (same event id and sequence)'],
+  ['dead-letters', 'list, show, redrive (same event id and sequence) or discard dead letters'],
   ['deliveries', 'the delivery log: each attempt per subscription, its status, duration and answer'],
   ['doctor', 'check that every lane can move (stuck heads, stale blocks, long leases); --repair mends them'],
+  ['lanes', 'list blocked, struggling or leased lanes; unblock one or skip its head'],
+  ['audit', 'who unblocked, skipped, redrove, discarded or repaired what'],
 ]
 
 /** The text of `outbox --help`. */

@@ -17,6 +17,8 @@ const COMMANDS: Readonly<Record<string, () => Promise<CommandRun>>> = {
   deliveries: async () => (await import('./deliveries-command.js')).deliveriesCommand,
   doctor: async () => (await import('./doctor-command.js')).doctorCommand,
   subscriptions: async () => (await import('./subscriptions-command.js')).subscriptionsCommand,
+  lanes: async () => (await import('./lanes-command.js')).lanesCommand,
+  audit: async () => (await import('./audit-command.js')).auditCommand,
 }
 
 const NAMES = SUMMARIES.map(([name]) => name).join(', ')

@@ -1,9 +1,48 @@
-import { sql } from 'kysely'
-import type { TransactionContext } from './sql-context.js'
+import { type RawBuilder, sql } from 'kysely'
+import type { ResolvedDeadLetterFilter } from '../dead-letter-filter.js'
+import { deadLetterWhere } from './dead-letter-where.js'
+import type { SqlContext, TransactionContext } from './sql-context.js'
+
+/**
+ * Which dead letters an action takes: the given event ids or all of them, narrowed by `subscriptionId` and by a
+ * filter (every term ANDed).
+ */
+export interface DeadLetterSelection {
+  readonly eventIds: readonly string[] | 'all'
+  readonly subscriptionId?: string | undefined
+  readonly filter?: ResolvedDeadLetterFilter | undefined
+}
+
+/** The condition a {@link DeadLetterSelection} puts on `outbox o` (besides `status = 'dead'`). */
+export function selectionWhere(schema: string, selection: DeadLetterSelection): RawBuilder<boolean> {
+  const { eventIds, subscriptionId, filter } = selection
+  const byEvent = eventIds === 'all' ? sql`TRUE` : sql`o.event_id = ANY(${eventIds}::uuid[])`
+  const bySubscription =
+    subscriptionId === undefined ? sql`TRUE` : sql`o.subscription_id = ${subscriptionId}::uuid`
+  const byFilter = filter === undefined ? sql`TRUE` : deadLetterWhere(schema, filter)
+  return sql<boolean>`(${byEvent} AND ${bySubscription} AND ${byFilter})`
+}
+
+/**
+ * What {@link redriveDead} would revive, in list order, changing nothing: the dry run of a redrive. Same selection
+ * text as the redrive itself, so a real run right after (with no dead letter added or revived meanwhile) revives
+ * exactly these.
+ */
+export async function selectRedrivable(
+  ctx: SqlContext,
+  request: DeadLetterSelection,
+): Promise<{ eventId: string; subscriptionId: string }[]> {
+  const { rows } = await sql<{ event_id: string; subscription_id: string }>`
+    SELECT o.event_id, o.subscription_id FROM ${sql.id(ctx.schema, 'outbox')} o
+    WHERE o.status = 'dead' AND ${selectionWhere(ctx.schema, request)}
+    ORDER BY o.dead_at, o.id`.execute(ctx.db)
+  return rows.map((row) => ({ eventId: row.event_id, subscriptionId: row.subscription_id }))
+}
 
 /**
  * Puts dead letters back to pending; returns each (event, subscription) it revived. Call it in a transaction of its
- * own. An event id is revived in every subscription where it is dead, unless `subscriptionId` narrows it to one.
+ * own. An event id is revived in every subscription where it is dead, unless `subscriptionId` (or the filter)
+ * narrows it.
  * Every lock and lane below is the (subscription, aggregate) of a revived row: another subscription's lane of the
  * same aggregate is neither locked nor changed (only the aggregate's counter, which they share, is locked).
  *
@@ -23,28 +62,17 @@ import type { TransactionContext } from './sql-context.js'
  */
 export async function redriveDead(
   ctx: TransactionContext,
-  request: { readonly eventIds: readonly string[] | 'all'; readonly subscriptionId?: string | undefined },
+  request: DeadLetterSelection,
 ): Promise<{ eventId: string; subscriptionId: string }[]> {
   const { db: trx, schema } = ctx
-  const { eventIds, subscriptionId } = request
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
   const counter = sql.id(schema, 'outbox_counter')
-  const byEvent = eventIds === 'all' ? sql`TRUE` : sql`o.event_id = ANY(${eventIds}::uuid[])`
-  const which =
-    subscriptionId === undefined ? byEvent : sql`${byEvent} AND o.subscription_id = ${subscriptionId}::uuid`
-  let deadKeys = trx
-    .withSchema(schema)
-    .selectFrom('outbox')
-    .select(['subscription_id', 'aggregate_type', 'aggregate_id'])
-    .distinct()
-    // A literal, as the partial index on dead rows is written: its predicate is then provable in any plan.
-    .where('status', '=', sql.lit('dead'))
-  if (eventIds !== 'all') deadKeys = deadKeys.where(sql<boolean>`event_id = ANY(${eventIds}::uuid[])`)
-  if (subscriptionId !== undefined)
-    deadKeys = deadKeys.where(sql<boolean>`subscription_id = ${subscriptionId}::uuid`)
-  const keys: { subscription_id: string; aggregate_type: string; aggregate_id: string }[] =
-    await deadKeys.execute()
+  const which = selectionWhere(schema, request)
+  // A literal status, as the partial index on dead rows is written: its predicate is then provable in any plan.
+  const { rows: keys } = await sql<{ subscription_id: string; aggregate_type: string; aggregate_id: string }>`
+    SELECT DISTINCT o.subscription_id, o.aggregate_type, o.aggregate_id FROM ${outbox} o
+    WHERE o.status = 'dead' AND ${which}`.execute(trx)
   if (keys.length === 0) return []
   const subscriptions = keys.map((key) => key.subscription_id)
   const types = keys.map((key) => key.aggregate_type)
