@@ -74,9 +74,20 @@ beforeAll(async () => {
       : { status: 200, body: { status: 'applied' } },
   )
   const flaky = await startSink(() => ({ status: 500, body: SCRIPT_BODY }))
-  sinks.push(shop, flaky)
+  const ordered = await startSink((request) =>
+    request.json?.data?.poison
+      ? { status: 422, body: 'cannot apply' }
+      : { status: 200, body: { status: 'applied' } },
+  )
+  sinks.push(shop, flaky, ordered)
   await createSubscription(t.db, { name: 'shop', url: shop.url, eventTypes: ['order.*'] })
   await createSubscription(t.db, { name: 'flaky', url: flaky.url, eventTypes: ['flaky.*'] })
+  await createSubscription(t.db, {
+    name: 'ordered',
+    url: ordered.url,
+    eventTypes: ['ledger.*'],
+    onExhausted: 'block',
+  })
   relay = new Relay({
     db: t.db,
     allowPrivateNetworks: true,
@@ -153,6 +164,37 @@ describe('the console in Chromium', () => {
     if (SCREENSHOTS) await page.screenshot({ path: `${DOCS}overview.png`, fullPage: true })
   })
 
+  it('finds a blocked lane from the overview in two clicks and fixes it with one: the events behind it delivered', async () => {
+    await enqueueEvent('ledger.posted', 'L-1', { poison: true })
+    await enqueueEvent('ledger.posted', 'L-1', { n: 2 })
+    await enqueueEvent('ledger.posted', 'L-1', { n: 3 })
+    await page.goto(`${base}/`)
+    // The overview refreshes itself until the relay has blocked the lane.
+    const blockedLink = page.locator('main a', { hasText: '1 blocked lanes' })
+    await blockedLink.waitFor({ timeout: 20_000 })
+    await blockedLink.click() // click 1
+    await page.waitForURL(/\/lanes\?state=blocked/)
+    const laneRow = page.locator('main table.lanes tbody tr', { hasText: 'order/L-1' })
+    await expect.poll(() => laneRow.locator('.reason').textContent()).toContain('exhausted its retries')
+    await expect.poll(() => laneRow.textContent()).toContain('cannot apply')
+    if (SCREENSHOTS) await page.screenshot({ path: `${DOCS}lanes.png`, fullPage: true })
+    await laneRow.locator('button', { hasText: 'Unblock' }).click() // click 2: the one action
+    await expect.poll(() => page.locator('main .flash.ok').textContent()).toContain('Unblocked order/L-1')
+    const ordered = sinks[2]!
+    await expect
+      .poll(
+        () =>
+          ordered.requests
+            .filter((request) => request.json?.aggregate_id === 'L-1')
+            .map((r) => r.json.sequence),
+        {
+          timeout: 20_000,
+        },
+      )
+      .toEqual([1, 2, 3])
+    expect((await checkIntegrity(t.db)).violations).toEqual([])
+  })
+
   it('shows a subscriber’s <script> answer as text, never running it', async () => {
     await page.click('text=dead letters')
     await page.selectOption('select[name="subscription"]', { label: 'flaky' })
@@ -168,8 +210,9 @@ describe('the console in Chromium', () => {
       .poll(async () => (await listDeadLetters(t.db)).map((dead) => dead.eventId))
       .toContain(eventId)
     await page.goto(`${base}/dead-letters`)
-    await page.selectOption('select[name="subscription"]', { label: 'shop' })
+    await page.fill('input[name="eventType"]', 'order.poison')
     await page.click('form.filters button[type="submit"]')
+    await expect.poll(() => page.locator('main table.dead-letters tbody tr').count()).toBe(1)
     const deadRow = page.locator('main table.dead-letters tbody tr', { hasText: eventId })
     await expect.poll(() => deadRow.count()).toBe(1)
     if (SCREENSHOTS) await page.screenshot({ path: `${DOCS}dead-letters.png`, fullPage: true })
@@ -184,6 +227,9 @@ describe('the console in Chromium', () => {
         timeout: 20_000,
       })
       .toBe(2)
+    await page.goto(`${base}/audit`)
+    await expect.poll(() => page.locator('main table.audit').textContent()).toContain('dead-letters.redrive')
+    await expect.poll(() => page.locator('main table.audit').textContent()).toContain('lane.unblock')
     expect((await checkIntegrity(t.db)).violations).toEqual([])
   })
 

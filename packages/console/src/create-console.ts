@@ -1,28 +1,41 @@
 import {
   type DeliveryAttempt,
+  discardDeadLetters,
+  getDeadLetter,
+  type LaneState,
   listAudit,
   listDeadLetters,
   listDeliveryAttempts,
+  listLanes,
   listSubscriptions,
   OutboxError,
   redrive,
+  skipLaneHead,
   stats,
   throughput,
+  unblockLane,
 } from '@outbox/producer'
 import express, { type NextFunction, type Request, type Response, type Router } from 'express'
 import helmet from 'helmet'
 import { loadAssets } from './assets.js'
 import { type Authenticated, ConsoleAuth, SESSION_COOKIE, SESSION_TTL_MS } from './auth.js'
 import { crossSiteReason, forgeryReason } from './csrf.js'
-import { html } from './html.js'
+import {
+  type DeadLetterQuery,
+  hasFilter,
+  readDeadLetterQuery,
+  toDeadLetterFilter,
+} from './dead-letter-query.js'
 import { LagSampler } from './lag-sampler.js'
 import { type ConsoleOptions, resolveConsoleOptions } from './options.js'
 import { auditPage } from './pages/audit.js'
 import { deadLettersPage } from './pages/dead-letters.js'
 import { eventPage } from './pages/event.js'
+import { LANE_STATES, lanesPage } from './pages/lanes.js'
 import type { PageContext } from './pages/layout.js'
 import { loginPage, problemPage, unauthorizedPage } from './pages/login.js'
 import { overviewPage } from './pages/overview.js'
+import { discardPreviewPage, redrivePreviewPage } from './pages/preview.js'
 import { readSnapshot } from './read-snapshot.js'
 
 /** The console as {@link createConsole} returns it: an Express router to mount, and `close()`. */
@@ -250,20 +263,77 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
     res.json({ intervalMs: refreshMs, samples: sampler.samples() })
   })
 
-  router.get('/dead-letters', async (request, res) => {
+  router.get('/lanes', async (request, res) => {
+    const asked = field(request.query, 'state')
+    const state: LaneState = LANE_STATES.find((one) => one === asked) ?? 'blocked'
     const subscription = field(request.query, 'subscription')
+    const data = await read(async (trx) => ({
+      subscriptions: await listSubscriptions(trx, { schema }),
+      lanes: await listLanes(trx, { state, subscriptionId: subscription, limit: 200, schema }),
+    }))
+    res.type('html').send(lanesPage(context(request), { state, subscription, ...data }))
+  })
+  /** The lane a lane action names, from its form. */
+  const laneOf = (request: Request) => ({
+    subscriptionId: field(request.body, 'subscriptionId') ?? '',
+    aggregateType: field(request.body, 'aggregateType') ?? '',
+    aggregateId: field(request.body, 'aggregateId') ?? '',
+  })
+  router.post('/lanes/unblock', mayAct, async (request, res) => {
+    const lane = laneOf(request)
+    const name = `${lane.aggregateType}/${lane.aggregateId}`
+    try {
+      const result = await unblockLane(db, { ...lane, actor: userOf(request).actor, schema })
+      const what =
+        result.outcome === 'resumed'
+          ? `resumed after its dead letter ${result.blockerEventId} (still dead, redrivable)`
+          : 'its 409 park cleared'
+      done(request, res, '/lanes?state=blocked', {
+        ok: `Unblocked ${name}: ${what}; ${result.released} events due now.`,
+      })
+    } catch (error) {
+      if (!(error instanceof OutboxError)) throw error
+      done(request, res, '/lanes?state=blocked', { error: `Could not unblock ${name}: ${error.message}` })
+    }
+  })
+  router.post('/lanes/skip-head', mayAct, async (request, res) => {
+    const lane = laneOf(request)
+    const name = `${lane.aggregateType}/${lane.aggregateId}`
+    try {
+      const result = await skipLaneHead(db, { ...lane, actor: userOf(request).actor, schema })
+      done(request, res, '/lanes?state=struggling', {
+        ok: `Skipped ${name} #${result.sequence}: event ${result.eventId} is a dead letter now (redrivable); ${result.released} events due now.`,
+      })
+    } catch (error) {
+      if (!(error instanceof OutboxError)) throw error
+      done(request, res, '/lanes?state=struggling', {
+        error: `Could not skip the head of ${name}: ${error.message}`,
+      })
+    }
+  })
+
+  router.get('/dead-letters', async (request, res) => {
+    const query = readDeadLetterQuery(request.query)
     const limit = positiveInt(field(request.query, 'limit'), 100, 500)
     const data = await read(async (trx) => ({
       subscriptions: await listSubscriptions(trx, { schema }),
-      deadLetters: await listDeadLetters(trx, { subscriptionId: subscription, limit, schema }),
+      deadLetters: await listDeadLetters(trx, { ...toDeadLetterFilter(query), limit, schema }),
     }))
-    res.type('html').send(deadLettersPage(context(request), { query: { subscription }, limit, ...data }))
+    res.type('html').send(deadLettersPage(context(request), { query, limit, ...data }))
   })
+  /** Back to the dead letters, with the same filter. */
+  const deadLettersPath = (query: DeadLetterQuery) =>
+    hasFilter(query) ? `/dead-letters?${new URLSearchParams({ ...query })}` : '/dead-letters'
   router.post('/dead-letters/redrive', mayAct, async (request, res) => {
     const eventId = field(request.body, 'eventId') ?? ''
     const subscriptionId = field(request.body, 'subscriptionId')
     try {
-      const result = await redrive(db, { eventIds: [eventId], subscriptionId, schema })
+      const result = await redrive(db, {
+        eventIds: [eventId],
+        subscriptionId,
+        actor: userOf(request).actor,
+        schema,
+      })
       done(
         request,
         res,
@@ -277,6 +347,60 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
       done(request, res, '/dead-letters', { error: error.message })
     }
   })
+  router.post('/dead-letters/redrive-matching', mayAct, async (request, res) => {
+    const query = readDeadLetterQuery(request.body)
+    if (!hasFilter(query)) {
+      done(request, res, '/dead-letters', { error: 'Choose a filter first: the bulk redrive needs one.' })
+      return
+    }
+    const filter = toDeadLetterFilter(query)
+    const actor = userOf(request).actor
+    if (field(request.body, 'confirm') !== '1') {
+      const preview = await redrive(db, { filter, dryRun: true, actor, schema })
+      res.type('html').send(redrivePreviewPage(context(request), query, preview))
+      return
+    }
+    try {
+      const result = await redrive(db, { filter, actor, schema })
+      done(request, res, deadLettersPath(query), {
+        ok: `Redriven ${result.deliveries.length} dead letters (${result.redriven.length} events): pending again.`,
+      })
+    } catch (error) {
+      if (!(error instanceof OutboxError)) throw error
+      done(request, res, deadLettersPath(query), { error: error.message })
+    }
+  })
+  router.post('/dead-letters/discard', mayAct, async (request, res) => {
+    const query = readDeadLetterQuery(request.body)
+    if (!hasFilter(query)) {
+      done(request, res, '/dead-letters', { error: 'Choose a filter first: discarding needs one.' })
+      return
+    }
+    const filter = toDeadLetterFilter(query)
+    const actor = userOf(request).actor
+    const unblockLanes = field(request.body, 'unblockLanes') === '1'
+    if (field(request.body, 'confirm') !== '1') {
+      try {
+        const preview = await discardDeadLetters(db, { filter, unblockLanes, dryRun: true, actor, schema })
+        res.type('html').send(discardPreviewPage(context(request), query, { result: preview, unblockLanes }))
+      } catch (error) {
+        if (!(error instanceof OutboxError) || error.code !== 'ERR_OUTBOX_REFUSED') throw error
+        res.type('html').send(discardPreviewPage(context(request), query, { refusal: error.message }))
+      }
+      return
+    }
+    try {
+      const result = await discardDeadLetters(db, { filter, unblockLanes, actor, schema })
+      done(request, res, deadLettersPath(query), {
+        ok: `Discarded ${result.discarded.length} dead letters${
+          result.unblocked.length > 0 ? `; resumed ${result.unblocked.length} lanes` : ''
+        }.`,
+      })
+    } catch (error) {
+      if (!(error instanceof OutboxError)) throw error
+      done(request, res, deadLettersPath(query), { error: error.message })
+    }
+  })
 
   router.get('/events/:eventId', async (request, res) => {
     const eventId = String(request.params.eventId)
@@ -287,8 +411,12 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
         .send(problemPage(baseOf(request), 'Not found', `No event ${eventId}.`))
       return
     }
-    const attempts = await read((trx) => listDeliveryAttempts(trx, { eventId, limit: 200, schema }))
-    res.type('html').send(eventPage(context(request), { eventId, dead: html``, attempts }))
+    const subscriptionId = field(request.query, 'subscription')
+    const { dead, attempts } = await read(async (trx) => ({
+      dead: await getDeadLetter(trx, { eventId, subscriptionId, schema }),
+      attempts: await listDeliveryAttempts(trx, { eventId, limit: 200, schema }),
+    }))
+    res.type('html').send(eventPage(context(request), { eventId, dead: dead ? [dead] : [], attempts }))
   })
 
   router.get('/audit', async (request, res) => {

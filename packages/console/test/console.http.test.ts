@@ -1,7 +1,14 @@
 import { execFile } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
-import { enqueue, listDeadLetters, Relay, silentLogger } from '@outbox/producer'
+import {
+  checkIntegrity,
+  createSubscription,
+  enqueue,
+  listDeadLetters,
+  Relay,
+  silentLogger,
+} from '@outbox/producer'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import express from 'express'
 import request from 'supertest'
@@ -241,6 +248,11 @@ describe('rendering', () => {
     expect(list.text).toContain('order/o\\u0007\\u202e1 #1')
     const { text } = await request(actingApp).get(`/outbox/events/${deadEventId}`).set(bearer)
     expect(text).toContain('&lt;script&gt;window.__pwned=1&lt;/script&gt;')
+    // The payload, pretty-printed: JSON escapes the bell itself; the override is shown by the console's escape.
+    expect(text).toContain('&quot;note&quot;: &quot;bell\\u0007 and \\u202eevil&quot;')
+    expect(text).not.toContain('\u202e')
+    // The last answer, from the delivery log.
+    expect(text).toMatch(/<h3>Last answer<\/h3>\s*<pre class="answer">&quot;&lt;script&gt;/)
   })
 
   it('never shows a database URL or a signing secret', async () => {
@@ -263,6 +275,76 @@ describe('redrive one dead letter', () => {
     expect(await listDeadLetters(t.db)).toEqual([])
     const flash = await request(actingApp).get(response.headers.location!).set('Cookie', cookie)
     expect(flash.text).toContain(`Redriven: event ${deadEventId} is pending again.`)
+  })
+})
+
+describe('discard preview', () => {
+  it('shows the refusal for a lane’s blocker, and the preview once their lanes may be unblocked', async () => {
+    const sink = await startSink(() => ({ status: 422, body: 'no' }))
+    const subscription = await createSubscription(t.db, {
+      name: 'blocking',
+      url: sink.url,
+      eventTypes: ['blocking.*'],
+      onExhausted: 'block',
+    })
+    try {
+      for (const n of [1, 2]) {
+        await t.db
+          .transaction()
+          .execute((trx) =>
+            enqueue(trx, {
+              aggregateType: 'acct',
+              aggregateId: 'a-1',
+              eventType: 'blocking.step',
+              payload: { n },
+            }),
+          )
+      }
+      const relay = new Relay({
+        db: t.db,
+        retrySchedule: [],
+        allowPrivateNetworks: true,
+        listen: false,
+        logger: silentLogger,
+      })
+      await relay.runOnce()
+      await relay.stop()
+    } finally {
+      await sink.close()
+    }
+    const { cookie, csrf } = await login(actingApp)
+    const form = { [CSRF_FIELD]: csrf, subscription: subscription.id }
+    const refused = await request(actingApp)
+      .post('/outbox/dead-letters/discard')
+      .set('Cookie', cookie)
+      .type('form')
+      .send(form)
+    expect(refused.status).toBe(200)
+    expect(refused.text).toContain('unblockLanes: true')
+    expect(refused.text).toContain('Preview again, unblocking their lanes')
+    const preview = await request(actingApp)
+      .post('/outbox/dead-letters/discard')
+      .set('Cookie', cookie)
+      .type('form')
+      .send({ ...form, unblockLanes: '1' })
+    expect(preview.text).toContain(
+      'would delete <b>1</b> dead letters for good and resume <b>1</b> blocked lanes',
+    )
+    // A dry run: still dead, still blocked.
+    expect(await listDeadLetters(t.db, { subscriptionId: subscription.id })).toHaveLength(1)
+    const done = await request(actingApp)
+      .post('/outbox/dead-letters/discard')
+      .set('Cookie', cookie)
+      .type('form')
+      .send({ ...form, unblockLanes: '1', confirm: '1' })
+    expect(done.status).toBe(303)
+    expect(decodeURIComponent(done.headers.location!.replaceAll('+', ' '))).toContain(
+      'Discarded 1 dead letters; resumed 1 lanes.',
+    )
+    expect(await listDeadLetters(t.db, { subscriptionId: subscription.id })).toEqual([])
+    expect((await checkIntegrity(t.db)).violations).toEqual([])
+    const audit = await request(actingApp).get('/outbox/audit').set('Cookie', cookie)
+    expect(audit.text).toContain('dead-letters.discard')
   })
 })
 
