@@ -11,6 +11,7 @@ import {
 } from '@outbox/producer'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
 import express from 'express'
+import { sql } from 'kysely'
 import request from 'supertest'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type ConsoleOptions, CSRF_FIELD, createConsole, type OutboxConsole } from '../src/index.js'
@@ -278,6 +279,52 @@ describe('redrive one dead letter', () => {
   })
 })
 
+describe('reads', () => {
+  it('serves the chart data: throughput buckets and lag samples', async () => {
+    const throughput = await request(actingApp).get('/outbox/api/throughput').set(bearer)
+    expect(throughput.body.bucketMs).toBe(60_000)
+    expect(throughput.body.buckets).toHaveLength(60)
+    const lag = await request(actingApp).get('/outbox/api/lag').set(bearer)
+    expect(lag.body.intervalMs).toBe(5000)
+    // The sampler took one at creation.
+    expect(lag.body.samples.length).toBeGreaterThanOrEqual(1)
+    expect(lag.body.samples[0]).toEqual({ at: expect.any(Number), lagSeconds: expect.any(Number) })
+  })
+
+  it('gives up on a page whose read waits past statementTimeoutMs: 503, and the pool is free again', async () => {
+    const quick = appWith({ token: TOKEN, statementTimeoutMs: 300 })
+    const locker = t.connect({ max: 1 })
+    const held = deferredRelease()
+    const locked = deferredRelease()
+    // An ACCESS EXCLUSIVE lock on the outbox stands for a read that would take forever.
+    const holding = locker.transaction().execute(async (trx) => {
+      await sql`LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE`.execute(trx)
+      locked.release()
+      await held.promise
+    })
+    await locked.promise
+    try {
+      const started = Date.now()
+      const slow = await request(quick).get('/outbox/dead-letters').set(bearer)
+      expect(slow.status).toBe(503)
+      expect(slow.text).toContain('did not answer within 300 ms')
+      expect(Date.now() - started).toBeLessThan(5000)
+    } finally {
+      held.release()
+      await holding
+    }
+    expect((await request(quick).get('/outbox/dead-letters').set(bearer)).status).toBe(200)
+  })
+})
+
+function deferredRelease() {
+  let release!: () => void
+  const promise = new Promise<void>((resolve) => {
+    release = resolve
+  })
+  return { promise, release }
+}
+
 describe('discard preview', () => {
   it('shows the refusal for a lane’s blocker, and the preview once their lanes may be unblocked', async () => {
     const sink = await startSink(() => ({ status: 422, body: 'no' }))
@@ -289,16 +336,14 @@ describe('discard preview', () => {
     })
     try {
       for (const n of [1, 2]) {
-        await t.db
-          .transaction()
-          .execute((trx) =>
-            enqueue(trx, {
-              aggregateType: 'acct',
-              aggregateId: 'a-1',
-              eventType: 'blocking.step',
-              payload: { n },
-            }),
-          )
+        await t.db.transaction().execute((trx) =>
+          enqueue(trx, {
+            aggregateType: 'acct',
+            aggregateId: 'a-1',
+            eventType: 'blocking.step',
+            payload: { n },
+          }),
+        )
       }
       const relay = new Relay({
         db: t.db,

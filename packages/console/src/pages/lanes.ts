@@ -60,8 +60,9 @@ export function lanesPage(
 <td>${
       lane.blocker
         ? html`${link(ctx, `/events/${lane.blocker.eventId}`, `#${lane.blocker.sequence}`)} <span class="error-text">${
-            lane.blocker.lastStatus ?? 'no answer'
-          } ${lane.blocker.lastError ?? ''}</span>`
+            lane.blocker.lastError ??
+            (lane.blocker.lastStatus === null ? 'no answer' : `HTTP ${lane.blocker.lastStatus}`)
+          }</span>`
         : '—'
     }</td>
 <td>${
