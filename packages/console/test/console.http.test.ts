@@ -393,6 +393,71 @@ describe('discard preview', () => {
   })
 })
 
+describe('lanes', () => {
+  it('lists a 409-parked lane with both fixes, and skips its head from the form', async () => {
+    const sink = await startSink(() => ({ status: 409, body: { status: 'out_of_order' } }))
+    const subscription = await createSubscription(t.db, {
+      name: 'parked',
+      url: sink.url,
+      eventTypes: ['parked.*'],
+    })
+    try {
+      await t.db
+        .transaction()
+        .execute((trx) =>
+          enqueue(trx, { aggregateType: 'cart', aggregateId: 'c-1', eventType: 'parked.step', payload: {} }),
+        )
+      const relay = new Relay({ db: t.db, allowPrivateNetworks: true, listen: false, logger: silentLogger })
+      await relay.runOnce()
+      await relay.stop()
+    } finally {
+      await sink.close()
+    }
+    const { cookie, csrf } = await login(actingApp)
+    const page = await request(actingApp).get('/outbox/lanes?state=blocked').set('Cookie', cookie)
+    expect(page.text).toContain('cart/c-1')
+    expect(page.text).toContain('parked: the consumer answered 409')
+    expect(page.text).toContain('action="/outbox/lanes/unblock"')
+    expect(page.text).toContain('action="/outbox/lanes/skip-head"')
+    const skipped = await request(actingApp)
+      .post('/outbox/lanes/skip-head')
+      .set('Cookie', cookie)
+      .type('form')
+      .send({
+        [CSRF_FIELD]: csrf,
+        subscriptionId: subscription.id,
+        aggregateType: 'cart',
+        aggregateId: 'c-1',
+      })
+    expect(skipped.status).toBe(303)
+    expect(decodeURIComponent(skipped.headers.location!.replaceAll('+', ' '))).toContain(
+      'Skipped cart/c-1 #1',
+    )
+    const [dead] = await listDeadLetters(t.db, { subscriptionId: subscription.id })
+    expect(dead?.lastError).toMatch(/^skipped by token/)
+    expect((await checkIntegrity(t.db)).violations).toEqual([])
+    // The same form again: nothing left to skip, said on the page, not a 500.
+    const again = await request(actingApp)
+      .post('/outbox/lanes/skip-head')
+      .set('Cookie', cookie)
+      .type('form')
+      .send({
+        [CSRF_FIELD]: csrf,
+        subscriptionId: subscription.id,
+        aggregateType: 'cart',
+        aggregateId: 'c-1',
+      })
+    expect(again.status).toBe(303)
+    expect(again.headers.location).toMatch(/[?&]error=/)
+  })
+
+  it('answers a bad filter with 400 and the producer’s message', async () => {
+    const bad = await request(actingApp).get('/outbox/dead-letters?status=abc').set(bearer)
+    expect(bad.status).toBe(400)
+    expect(bad.text).toContain('status')
+  })
+})
+
 describe('the bin', () => {
   it('refuses to start without a token, naming the flag and the variable (exit 2)', async () => {
     const cli = fileURLToPath(new URL('../src/cli.ts', import.meta.url))

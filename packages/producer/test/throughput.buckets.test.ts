@@ -39,8 +39,10 @@ describe('throughput', () => {
       expect(all[0]!.at.getTime()).toBe(rows[0]!.minute.getTime() - 4 * 60_000)
       const onlyB = await throughput(trx, { windowMs: 5 * 60_000, bucketMs: 60_000, subscriptionId: ids.b })
       expect(onlyB.map((bucket) => bucket.sent)).toEqual([0, 0, 2, 0, 0])
-      // Wider buckets sum the narrow ones: 10 minutes in two 5-minute buckets hold all 7.
-      const wide = await throughput(trx, { windowMs: 10 * 60_000, bucketMs: 5 * 60_000 })
+      // Wider buckets sum the narrow ones: three 5-minute buckets, aligned on the epoch, reach at least 10 minutes
+      // back (the row 7 minutes ago included, wherever in its 5 minutes now falls).
+      const wide = await throughput(trx, { windowMs: 15 * 60_000, bucketMs: 5 * 60_000 })
+      expect(wide).toHaveLength(3)
       expect(wide.reduce((sum, bucket) => sum + bucket.sent, 0)).toBe(7)
     })
   })
