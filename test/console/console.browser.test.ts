@@ -3,7 +3,7 @@
  * sinks and the console mounted on an express app: what an operator sees and clicks. Not under packages/: the
  * PostgreSQL 14 pass runs only packages/*.
  *
- * Budget: the whole file in ≤ 90 s on the 2-core CI machine (measured 15–20 s on this machine, Chromium start included); nothing waits a fixed time,
+ * Budget: the whole file in ≤ 90 s on the 2-core CI machine (measured 13–20 s wall on this machine, Chromium start included); nothing waits a fixed time,
  * every wait is for a page state or a sink's request. `UPDATE_SCREENSHOTS=1` rewrites packages/console/docs/*.png.
  */
 import { mkdirSync } from 'node:fs'
