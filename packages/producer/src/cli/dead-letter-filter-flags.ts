@@ -83,8 +83,8 @@ export function filterFromFlags(values: FilterFlagValues, now = Date.now()): Dea
 }
 
 /**
- * `--subscription` as the library takes it: a uuid as it is (dead letters outlive a deleted subscription, which
- * stays addressable by id); a name looked up.
+ * `--subscription` as the library takes it, for every command that has the flag: a uuid as it is (dead letters and
+ * the delivery log outlive a deleted subscription, which stays addressable by id); a name looked up.
  */
 export async function subscriptionFromFlag(
   producer: Producer,

@@ -1,4 +1,3 @@
-import { userInfo } from 'node:os'
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type {
   DeadLetter,
@@ -7,6 +6,7 @@ import type {
   RedrivenDelivery,
   RedriveOptions,
 } from '../index.js'
+import { cliActor } from './cli-actor.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { CliError, UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
@@ -109,16 +109,6 @@ function shellWord(value: string): string {
   return /^[\w.:/@*+-]+$/.test(value) ? value : `'${value.replace(/'/g, `'\\''`)}'`
 }
 
-/** The operator the audit log records: `--actor`, else the OS user, else `cli`. */
-function actorOf(flag: string | undefined): string {
-  if (flag !== undefined) return flag
-  try {
-    return userInfo().username || 'cli'
-  } catch {
-    return 'cli'
-  }
-}
-
 async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<number> {
   const { values, positionals } = parseFlags(
     'dead-letters redrive',
@@ -160,7 +150,7 @@ async function redriveDeadLetters(argv: readonly string[], io: CliIo): Promise<n
       const subscriptionId = await subscriptionFromFlag(producer, db, values.subscription, target.schema)
       const scope = {
         dryRun,
-        actor: actorOf(values.actor),
+        actor: cliActor(values.actor),
         schema: target.schema,
         ...(subscriptionId === undefined ? {} : { subscriptionId }),
       }
@@ -246,7 +236,7 @@ async function discard(argv: readonly string[], io: CliIo): Promise<number> {
       const scope = {
         dryRun,
         unblockLanes: values.unblock === true,
-        actor: actorOf(values.actor),
+        actor: cliActor(values.actor),
         schema: target.schema,
       }
       return await producer.discardDeadLetters(

@@ -1,10 +1,10 @@
-import type { Kysely } from 'kysely'
 import type { DeliveryAttempt, ListDeliveryAttemptsOptions } from '../index.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
+import { subscriptionFromFlag } from './dead-letter-filter-flags.js'
 import { formatTable, truncate } from './format-text.js'
-import { loadProducer, type Producer } from './load-producer.js'
+import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { withFlagNames } from './option-flags.js'
 import { DATABASE_FLAGS, integerFlag, parseFlags } from './parse-flags.js'
@@ -21,22 +21,6 @@ function aggregateFlag(value: string | undefined): { aggregateType?: string; agg
     throw new UsageError(`--aggregate takes type:id, e.g. --aggregate order:42; got ${JSON.stringify(value)}`)
   }
   return { aggregateType: value.slice(0, colon), aggregateId: value.slice(colon + 1) }
-}
-
-/**
- * The subscription's id: a uuid is taken as it is (the log outlives a deleted subscription, whose history stays
- * listable by id); a name is looked up.
- */
-async function subscriptionIdOf(
-  producer: Producer,
-  db: Kysely<any>,
-  ref: string | undefined,
-  schema: string | undefined,
-): Promise<string | undefined> {
-  if (ref === undefined || UUID.test(ref)) return ref
-  const found = await producer.getSubscription(db, ref, { schema })
-  if (!found) throw new UsageError(`no subscription ${JSON.stringify(ref)} (see outbox subscriptions list)`)
-  return found.id
 }
 
 function row(attempt: DeliveryAttempt, names: ReadonlyMap<string, string>): string[] {
@@ -73,7 +57,7 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
   }
   const { attempts, names } = await withFlagNames(values, () =>
     withDatabase(target, { applicationName: 'outbox deliveries', max: 1 }, async (db) => {
-      const subscriptionId = await subscriptionIdOf(producer, db, values.subscription, target.schema)
+      const subscriptionId = await subscriptionFromFlag(producer, db, values.subscription, target.schema)
       const options: ListDeliveryAttemptsOptions = {
         limit,
         schema: target.schema,

@@ -1,19 +1,18 @@
-import type { Kysely } from 'kysely'
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { LaneState, LaneSummary } from '../index.js'
 import { cliActor } from './cli-actor.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
+import { subscriptionFromFlag } from './dead-letter-filter-flags.js'
 import { formatTable, truncate } from './format-text.js'
-import { loadProducer, type Producer } from './load-producer.js'
+import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { withFlagNames } from './option-flags.js'
 import { choiceFlag, DATABASE_FLAGS, integerFlag, parseFlags } from './parse-flags.js'
 
 const ERROR_COLUMN_WIDTH = 50
 const STATES: readonly LaneState[] = ['blocked', 'struggling', 'leased']
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /**
  * `--aggregate type/id`, split at the first `/` (an aggregate id may hold slashes, a type should not); `type:id`,
@@ -31,19 +30,6 @@ function aggregateFlag(value: string | undefined): { aggregateType: string; aggr
     )
   }
   return { aggregateType: value.slice(0, at), aggregateId: value.slice(at + 1) }
-}
-
-/** The subscription's id: a uuid as it is, a name looked up; undefined when the flag is absent. */
-async function subscriptionIdOf(
-  producer: Producer,
-  db: Kysely<any>,
-  ref: string | undefined,
-  schema: string | undefined,
-): Promise<string | undefined> {
-  if (ref === undefined || UUID.test(ref)) return ref
-  const found = await producer.getSubscription(db, ref, { schema })
-  if (!found) throw new UsageError(`no subscription ${JSON.stringify(ref)} (see outbox subscriptions list)`)
-  return found.id
 }
 
 /** `order/42`, followed by the subscription when it is not the implicit one. */
@@ -88,7 +74,7 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
   const producer = await loadProducer()
   const lanes = await withFlagNames(values, () =>
     withDatabase(target, { applicationName: 'outbox lanes', max: 1 }, async (db) => {
-      const subscriptionId = await subscriptionIdOf(producer, db, values.subscription, target.schema)
+      const subscriptionId = await subscriptionFromFlag(producer, db, values.subscription, target.schema)
       return await producer.listLanes(db, {
         state,
         limit,
@@ -130,7 +116,8 @@ async function unblock(argv: readonly string[], io: CliIo): Promise<number> {
   const result = await withFlagNames(values, () =>
     withDatabase(target, { applicationName: 'outbox lanes', max: 1 }, async (db) => {
       const subscriptionId =
-        (await subscriptionIdOf(producer, db, values.subscription, target.schema)) ?? IMPLICIT_SUBSCRIPTION_ID
+        (await subscriptionFromFlag(producer, db, values.subscription, target.schema)) ??
+        IMPLICIT_SUBSCRIPTION_ID
       return await producer.unblockLane(db, {
         subscriptionId,
         ...aggregate,
@@ -162,7 +149,8 @@ async function skipHead(argv: readonly string[], io: CliIo): Promise<number> {
   const result = await withFlagNames(values, () =>
     withDatabase(target, { applicationName: 'outbox lanes', max: 1 }, async (db) => {
       const subscriptionId =
-        (await subscriptionIdOf(producer, db, values.subscription, target.schema)) ?? IMPLICIT_SUBSCRIPTION_ID
+        (await subscriptionFromFlag(producer, db, values.subscription, target.schema)) ??
+        IMPLICIT_SUBSCRIPTION_ID
       return await producer.skipLaneHead(db, {
         subscriptionId,
         ...aggregate,
