@@ -15,6 +15,7 @@ import {
   throughput,
   unblockLane,
 } from '@outbox/producer'
+import { isUuid } from '@outbox/protocol'
 import express, { type NextFunction, type Request, type Response, type Router } from 'express'
 import helmet from 'helmet'
 import { loadAssets } from './assets.js'
@@ -55,8 +56,6 @@ export const CONSOLE_CSP_DIRECTIVES = {
   frameAncestors: ["'none'"],
   baseUri: ["'none'"],
 } as const
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /** A query or form field as one string, or undefined when absent or empty. */
 function field(source: unknown, name: string): string | undefined {
@@ -404,7 +403,7 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
 
   router.get('/events/:eventId', async (request, res) => {
     const eventId = String(request.params.eventId)
-    if (!UUID.test(eventId)) {
+    if (!isUuid(eventId)) {
       res
         .status(404)
         .type('html')

@@ -1,4 +1,5 @@
 import { invalidOption } from './errors.js'
+import { subscriptionIdOption } from './uuid-option.js'
 
 /**
  * Which dead letters an operator means: every field narrows the set, all of them together (AND); an empty filter is
@@ -37,8 +38,6 @@ export interface ResolvedDeadLetterFilter {
   readonly since?: Date | undefined
   readonly until?: Date | undefined
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /** Every field {@link DeadLetterFilter} has: anything else is a typo that would otherwise widen the set silently. */
 const FIELDS: Readonly<Record<keyof DeadLetterFilter, true>> = {
@@ -101,13 +100,7 @@ export function deadLetterFilterOption(filter: DeadLetterFilter | undefined): Re
     )
   }
   const { subscriptionId, status, aggregateType: type, aggregateId: id } = filter
-  if (subscriptionId !== undefined && (typeof subscriptionId !== 'string' || !UUID.test(subscriptionId))) {
-    throw invalidOption(
-      'subscriptionId',
-      subscriptionId,
-      (spell, got) => `${spell('subscriptionId')} must be a subscription's id (a UUID), got ${got}`,
-    )
-  }
+  subscriptionIdOption(subscriptionId)
   if (status !== undefined && (!Number.isInteger(status) || status < 100 || status > 599)) {
     throw invalidOption(
       'status',

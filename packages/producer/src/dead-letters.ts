@@ -1,3 +1,4 @@
+import { isUuid } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
 import { actorOption, recordAudit } from './audit.js'
 import {
@@ -13,6 +14,7 @@ import { resolveSchema } from './schema-name.js'
 import { type DeadLetterSelection, redriveDead, selectRedrivable } from './sql/redrive-dead.js'
 import { selectDeadLetter } from './sql/select-dead-letter.js'
 import { type DeadLetterRow, selectDeadLetters } from './sql/select-dead-letters.js'
+import { subscriptionIdOption, uuidOption } from './uuid-option.js'
 
 /**
  * A dead-lettered event: delivery to one subscription gave up on it, it is kept for inspection and redrive. An event
@@ -174,28 +176,6 @@ export async function getDeadLetter(
   return { ...deadLetterOf(row), payload: row.payload, lastAnswer: row.last_answer }
 }
 
-/** Checks an optional uuid option. */
-function uuidOption(option: string, id: unknown, what: string): string | undefined {
-  if (id === undefined) return undefined
-  if (typeof id !== 'string' || !UUID.test(id)) {
-    throw invalidOption(option, id, (name, got) => `${name(option)} must be ${what} (a UUID), got ${got}`)
-  }
-  return id.toLowerCase()
-}
-
-/** Checks an optional `subscriptionId` option: a subscription's id is a UUID. */
-export function subscriptionIdOption(id: string | undefined): string | undefined {
-  if (id === undefined) return undefined
-  if (typeof id !== 'string' || !UUID.test(id)) {
-    throw invalidOption(
-      'subscriptionId',
-      id,
-      (name, got) => `${name('subscriptionId')} must be a subscription's id (a UUID), got ${got}`,
-    )
-  }
-  return id.toLowerCase()
-}
-
 /**
  * Which dead letters {@link redrive} revives: the given event ids, all of them, or those a filter picks; in every
  * subscription where they are dead, or in the one `subscriptionId` names.
@@ -234,8 +214,6 @@ export interface RedriveResult {
   /** True when nothing was changed: the lists say what a real run would have redriven. */
   readonly dryRun: boolean
 }
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /**
  * Sends dead letters again: each goes back to pending with the SAME event id and sequence and its attempts reset.
@@ -335,7 +313,7 @@ export async function redrive(db: Kysely<any>, options: RedriveOptions): Promise
 
 /** Checks a list of event ids: each a UUID; returned lower case, each once. */
 export function eventIdsOption(eventIds: readonly unknown[]): string[] {
-  const bad = eventIds.filter((id) => typeof id !== 'string' || !UUID.test(id))
+  const bad = eventIds.filter((id) => !isUuid(id))
   if (bad.length > 0) {
     throw new OutboxError(
       'ERR_OUTBOX_INVALID_OPTION',

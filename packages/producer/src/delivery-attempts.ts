@@ -4,6 +4,7 @@ import { decodeCursor, encodeCursor } from './keyset-cursor.js'
 import { resolveSchema } from './schema-name.js'
 import type { AttemptOutcome } from './sql/delivery-attempt-log.js'
 import { type DeliveryAttemptFilter, selectDeliveryAttempts } from './sql/select-delivery-attempts.js'
+import { uuidOption } from './uuid-option.js'
 
 /** One attempt to deliver one event to one subscription, as the delivery log keeps it. */
 export interface DeliveryAttempt {
@@ -47,16 +48,6 @@ export interface ListDeliveryAttemptsOptions {
   readonly after?: string
   /** @defaultValue 'public' */
   readonly schema?: string
-}
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
-function uuidOption(value: string | undefined, name: string): string | undefined {
-  if (value === undefined) return undefined
-  if (typeof value !== 'string' || !UUID.test(value)) {
-    throw invalidOption(name, value, (spell, got) => `${spell(name)} must be a uuid, got ${got}`)
-  }
-  return value.toLowerCase()
 }
 
 function aggregateOf(options: ListDeliveryAttemptsOptions): DeliveryAttemptFilter['aggregate'] {
@@ -103,8 +94,8 @@ export async function listDeliveryAttempts(
     )
   }
   const filter: DeliveryAttemptFilter = {
-    subscriptionId: uuidOption(options.subscriptionId, 'subscriptionId'),
-    eventId: uuidOption(options.eventId, 'eventId'),
+    subscriptionId: uuidOption('subscriptionId', options.subscriptionId, "a subscription's id"),
+    eventId: uuidOption('eventId', options.eventId, "an event's id"),
     aggregate: aggregateOf(options),
   }
   const rows = await selectDeliveryAttempts(

@@ -1,13 +1,14 @@
 import type { Kysely } from 'kysely'
 import { actorOption, recordAudit } from './audit.js'
 import { type DeadLetterFilter, deadLetterFilterOption, filterForAudit } from './dead-letter-filter.js'
-import { eventIdsOption, subscriptionIdOption } from './dead-letters.js'
+import { eventIdsOption } from './dead-letters.js'
 import { OutboxError } from './errors.js'
 import { inTransactionRetryingDeadlocks } from './retry-deadlocks.js'
 import { resolveSchema } from './schema-name.js'
 import { type DiscardableRow, deleteDeadRows, lockCounters, selectDiscardable } from './sql/discard-dead.js'
 import { describeLane, type LaneKey, lockLaneForAction, releaseBlockedLane } from './sql/lock-lane.js'
 import type { DeadLetterSelection } from './sql/redrive-dead.js'
+import { subscriptionIdOption } from './uuid-option.js'
 
 /** Which dead letters {@link discardDeadLetters} deletes, and how. Exactly one of `eventIds` and `filter`. */
 export interface DiscardOptions {

@@ -7,6 +7,7 @@ import { describeLane, type LaneKey, lockLaneForAction, releaseBlockedLane } fro
 import { type LaneRow, selectLanes } from './sql/select-lanes.js'
 import { skipLaneHead as skipHead } from './sql/skip-lane-head.js'
 import { STRUGGLING_ATTEMPTS } from './stats.js'
+import { subscriptionIdOption } from './uuid-option.js'
 
 /**
  * The states {@link listLanes} finds lanes in: `blocked` (parked by an exhausted event under `'block'`, or by a 409),
@@ -110,21 +111,14 @@ export interface SkipLaneHeadResult {
   readonly released: number
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 const STATES: readonly LaneState[] = ['blocked', 'struggling', 'leased']
 /** Longest `reason` kept: it goes into the event's `last_error` and the audit row. */
 const MAX_REASON_LENGTH = 500
 
-function subscriptionIdOption(id: unknown, required: boolean): string | undefined {
-  if (id === undefined && !required) return undefined
-  if (typeof id !== 'string' || !UUID.test(id)) {
-    throw invalidOption(
-      'subscriptionId',
-      id,
-      (name, got) => `${name('subscriptionId')} must be a subscription's id (a UUID), got ${got}`,
-    )
-  }
-  return id.toLowerCase()
+/** A lane's subscription id: required where an action names one lane, optional where it filters. */
+function laneSubscriptionId(id: unknown, required: boolean): string | undefined {
+  // undefined where one is required is refused with the same message as a malformed one.
+  return subscriptionIdOption(required && id === undefined ? null : id)
 }
 
 function textOption(value: unknown, option: string, required: boolean): string | undefined {
@@ -149,7 +143,7 @@ function laneKey(options: LaneActionOptions): LaneKey {
     )
   }
   return {
-    subscriptionId: subscriptionIdOption(options.subscriptionId, true)!,
+    subscriptionId: laneSubscriptionId(options.subscriptionId, true)!,
     aggregateType: textOption(options.aggregateType, 'aggregateType', true)!,
     aggregateId: textOption(options.aggregateId, 'aggregateId', true)!,
   }
@@ -228,7 +222,7 @@ export async function listLanes(db: Kysely<any>, options: ListLanesOptions): Pro
     { db, schema: resolveSchema(options.schema) },
     {
       state,
-      subscriptionId: subscriptionIdOption(options.subscriptionId, false),
+      subscriptionId: laneSubscriptionId(options.subscriptionId, false),
       aggregateType: textOption(options.aggregateType, 'aggregateType', false),
       aggregateId: textOption(options.aggregateId, 'aggregateId', false),
       limit,

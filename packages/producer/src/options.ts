@@ -1,4 +1,4 @@
-import { type OutboxEvent, parseSigningSecrets, type SigningKey } from '@outbox/protocol'
+import { isUuid, type OutboxEvent, parseSigningSecrets, type SigningKey } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
 import { invalidOption, type OptionMessage, OutboxError } from './errors.js'
 import type { ListenOption } from './listen.js'
@@ -255,8 +255,6 @@ export function checkEndpointUrl(url: unknown, name = 'endpoint'): string {
   return url
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
 /** Checks {@link RelayOptions.subscriptions}: subscription ids, and only for a relay without `endpoint`. */
 function checkSubscriptionIds(ids: unknown, hasEndpoint: boolean): readonly string[] | undefined {
   if (ids === undefined) return undefined
@@ -268,7 +266,7 @@ function checkSubscriptionIds(ids: unknown, hasEndpoint: boolean): readonly stri
         `give ${spell('endpoint')} or ${spell('subscriptions')}, not both: a relay with an endpoint serves the implicit subscription only`,
     )
   }
-  if (!Array.isArray(ids) || ids.length === 0 || ids.some((id) => typeof id !== 'string' || !UUID.test(id))) {
+  if (!Array.isArray(ids) || ids.length === 0 || ids.some((id) => !isUuid(id))) {
     invalid(
       'subscriptions',
       undefined,

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { parseSigningSecrets } from '@outbox/protocol'
+import { isUuid, parseSigningSecrets } from '@outbox/protocol'
 import { invalidOption, type OptionMessage } from './errors.js'
 import { checkEndpointUrl, type OnExhausted } from './options.js'
 
@@ -86,8 +86,6 @@ const MAX_EVENT_TYPES = 100
 const MAX_REQUEST_TIMEOUT_MS = 600_000
 /** The longest retry delay: a week, as a longer wait is an outage that needs a person. */
 const MAX_RETRY_DELAY_MS = 7 * 24 * 3600_000
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 function refuse(option: string, value: unknown, render: OptionMessage): never {
   throw invalidOption(option, value, render)
@@ -179,7 +177,7 @@ function setting(key: keyof SubscriptionSettings, value: unknown, clearable: boo
     case 'name': {
       const name = text(value, 'name')
       // A name that looks like an id would make `show <id-or-name>` ambiguous.
-      if (UUID.test(name))
+      if (isUuid(name))
         refuse('name', name, (spell) => `${spell('name')} must not look like a subscription id`)
       return name
     }
@@ -284,5 +282,5 @@ export function generateSecret(): string {
 
 /** Whether a reference is a subscription id (else it is a name). */
 export function isSubscriptionId(ref: string): boolean {
-  return UUID.test(ref)
+  return isUuid(ref)
 }

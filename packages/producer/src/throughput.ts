@@ -2,6 +2,7 @@ import type { Kysely } from 'kysely'
 import { invalidOption } from './errors.js'
 import { resolveSchema } from './schema-name.js'
 import { selectThroughput } from './sql/select-throughput.js'
+import { subscriptionIdOption } from './uuid-option.js'
 
 /** Options of {@link throughput}. */
 export interface ThroughputOptions {
@@ -25,8 +26,6 @@ export interface ThroughputBucket {
 
 /** The most buckets one call returns: a chart of a day by the minute, and a guard against a typo in `bucketMs`. */
 export const MAX_THROUGHPUT_BUCKETS = 1440
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 function positiveMs(value: number | undefined, fallback: number, option: string): number {
   if (value === undefined) return fallback
@@ -72,13 +71,7 @@ export async function throughput(
     )
   }
   const { subscriptionId } = options
-  if (subscriptionId !== undefined && (typeof subscriptionId !== 'string' || !UUID.test(subscriptionId))) {
-    throw invalidOption(
-      'subscriptionId',
-      subscriptionId,
-      (name, got) => `${name('subscriptionId')} must be a subscription's id (a UUID), got ${got}`,
-    )
-  }
+  subscriptionIdOption(subscriptionId)
   const rows = await selectThroughput(
     { db, schema: resolveSchema(options.schema) },
     { bucketMs, buckets, subscriptionId },

@@ -290,7 +290,9 @@ describe.concurrent('outbox dead-letters', () => {
     )
     expect(real.stdout).toContain(`redriven 1 (pending again`)
     // seedEvents enqueues the aggregates concurrently, so ids do not follow their names: compare as a set.
-    const stillDead = (await rows('dry')).filter((row) => row.status === 'dead').map((row) => row.aggregate_id)
+    const stillDead = (await rows('dry'))
+      .filter((row) => row.status === 'dead')
+      .map((row) => row.aggregate_id)
     expect(stillDead.sort()).toEqual(['d2', 'd3'])
     expect((await listAudit(t.db, { schema: 'dry' }))[0]).toMatchObject({
       actor: 'cli-test',

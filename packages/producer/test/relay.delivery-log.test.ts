@@ -317,7 +317,7 @@ describe('listDeliveryAttempts', () => {
     })
     expect(await refusal({ eventId: '42' })).toMatchObject({
       option: 'eventId',
-      message: 'eventId must be a uuid, got "42"',
+      message: 'eventId must be an event\'s id (a UUID), got "42"',
     })
     expect(await refusal({ aggregateType: 'order' })).toMatchObject({ option: 'aggregateId' })
     expect(await refusal({ limit: 0 })).toMatchObject({ option: 'limit' })

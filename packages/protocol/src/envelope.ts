@@ -1,4 +1,5 @@
 import { OutboxError } from './errors.js'
+import { isUuid } from './uuid.js'
 
 /** Any value `JSON.stringify` turns into JSON and `JSON.parse` gives back unchanged. */
 export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue }
@@ -42,7 +43,6 @@ export interface OutboxEvent<TData = JsonValue> {
 /** Longest accepted `type`, `aggregate_type` or `aggregate_id`, in characters. */
 export const MAX_KEY_LENGTH = 255
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 const ISO_TIMESTAMP = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$/
 
 /** The result of {@link parseEnvelope}: the event, or every reason the body was refused. */
@@ -95,8 +95,7 @@ export function validateEnvelope<TData = JsonValue>(value: unknown): ParseEnvelo
   }
   const body = value as Record<string, unknown>
   const errors: string[] = []
-  if (typeof body.event_id !== 'string' || !UUID.test(body.event_id))
-    errors.push('event_id must be a UUID string')
+  if (!isUuid(body.event_id)) errors.push('event_id must be a UUID string')
   for (const key of ['type', 'aggregate_type', 'aggregate_id'] as const) {
     const field = body[key]
     if (typeof field !== 'string' || field.length === 0 || field.length > MAX_KEY_LENGTH) {

@@ -61,3 +61,4 @@ export {
   type SignatureFailure,
   type VerifyOptions,
 } from './signature-headers.js'
+export { isUuid } from './uuid.js'

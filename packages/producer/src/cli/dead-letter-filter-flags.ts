@@ -1,3 +1,4 @@
+import { isUuid } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
 import type { DeadLetterFilter } from '../dead-letter-filter.js'
 import { UsageError } from './cli-error.js'
@@ -26,7 +27,6 @@ export interface FilterFlagValues {
   readonly until?: string | undefined
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 const ISO_TIME = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?)?(Z|[+-]\d{2}:?\d{2})?$/
 
 /** Whether any filter flag was given (`--subscription` included). */
@@ -92,7 +92,7 @@ export async function subscriptionFromFlag(
   ref: string | undefined,
   schema: string | undefined,
 ): Promise<string | undefined> {
-  if (ref === undefined || UUID.test(ref)) return ref
+  if (ref === undefined || isUuid(ref)) return ref
   const found = await producer.getSubscription(db, ref, { schema })
   if (!found) throw new UsageError(`no subscription ${JSON.stringify(ref)} (see outbox subscriptions list)`)
   return found.id

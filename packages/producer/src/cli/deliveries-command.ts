@@ -1,3 +1,4 @@
+import { isUuid } from '@outbox/protocol'
 import type { DeliveryAttempt, ListDeliveryAttemptsOptions } from '../index.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
@@ -10,8 +11,6 @@ import { withFlagNames } from './option-flags.js'
 import { DATABASE_FLAGS, integerFlag, parseFlags } from './parse-flags.js'
 
 const ANSWER_COLUMN_WIDTH = 60
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
 
 /** `--aggregate type:id`, split at the first colon (an aggregate id may hold colons, a type should not). */
 function aggregateFlag(value: string | undefined): { aggregateType?: string; aggregateId?: string } {
@@ -52,7 +51,7 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
   const aggregate = aggregateFlag(values.aggregate)
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
-  if (values.event !== undefined && !UUID.test(values.event)) {
+  if (values.event !== undefined && !isUuid(values.event)) {
     throw new UsageError(`--event takes an event id (a uuid); got ${JSON.stringify(values.event)}`)
   }
   const { attempts, names } = await withFlagNames(values, () =>
