@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely'
 import { invalidOption } from './errors.js'
+import { pageLimit } from './keyset-cursor.js'
 import { resolveSchema } from './schema-name.js'
 import type { SqlContext } from './sql/sql-context.js'
 
@@ -88,14 +89,7 @@ export interface ListAuditOptions {
  * ```
  */
 export async function listAudit(db: Kysely<any>, options: ListAuditOptions = {}): Promise<AuditEntry[]> {
-  const limit = options.limit ?? 100
-  if (!Number.isSafeInteger(limit) || limit <= 0) {
-    throw invalidOption(
-      'limit',
-      options.limit,
-      (name, got) => `${name('limit')} must be a positive integer, got ${got}`,
-    )
-  }
+  const limit = pageLimit(options.limit)
   const { before } = options
   if (before !== undefined && (typeof before !== 'string' || !/^\d{1,19}$/.test(before))) {
     throw invalidOption(

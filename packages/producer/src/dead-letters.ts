@@ -8,7 +8,7 @@ import {
   type ResolvedDeadLetterFilter,
 } from './dead-letter-filter.js'
 import { invalidOption, OutboxError } from './errors.js'
-import { decodeCursor, encodeCursor } from './keyset-cursor.js'
+import { decodeCursor, encodeCursor, pageLimit } from './keyset-cursor.js'
 import { inTransactionRetryingDeadlocks } from './retry-deadlocks.js'
 import { resolveSchema } from './schema-name.js'
 import { type DeadLetterSelection, redriveDead, selectRedrivable } from './sql/redrive-dead.js'
@@ -93,14 +93,7 @@ export async function listDeadLetters(
   db: Kysely<any>,
   options: ListDeadLettersOptions = {},
 ): Promise<DeadLetter[]> {
-  const limit = options.limit ?? 100
-  if (!Number.isSafeInteger(limit) || limit <= 0) {
-    throw invalidOption(
-      'limit',
-      options.limit,
-      (name, got) => `${name('limit')} must be a positive integer, got ${got}`,
-    )
-  }
+  const limit = pageLimit(options.limit)
   const { limit: _limit, after, schema, ...filter } = options
   const rows = await selectDeadLetters(
     { db, schema: resolveSchema(schema) },

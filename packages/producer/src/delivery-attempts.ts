@@ -1,6 +1,6 @@
 import type { Kysely } from 'kysely'
 import { invalidOption } from './errors.js'
-import { decodeCursor, encodeCursor } from './keyset-cursor.js'
+import { decodeCursor, encodeCursor, pageLimit } from './keyset-cursor.js'
 import { resolveSchema } from './schema-name.js'
 import type { AttemptOutcome } from './sql/delivery-attempt-log.js'
 import { type DeliveryAttemptFilter, selectDeliveryAttempts } from './sql/select-delivery-attempts.js'
@@ -85,14 +85,7 @@ export async function listDeliveryAttempts(
   db: Kysely<any>,
   options: ListDeliveryAttemptsOptions = {},
 ): Promise<DeliveryAttempt[]> {
-  const limit = options.limit ?? 100
-  if (!Number.isSafeInteger(limit) || limit <= 0) {
-    throw invalidOption(
-      'limit',
-      options.limit,
-      (name, got) => `${name('limit')} must be a positive integer, got ${got}`,
-    )
-  }
+  const limit = pageLimit(options.limit)
   const filter: DeliveryAttemptFilter = {
     subscriptionId: uuidOption('subscriptionId', options.subscriptionId, "a subscription's id"),
     eventId: uuidOption('eventId', options.eventId, "an event's id"),

@@ -25,3 +25,19 @@ export function decodeCursor(cursor: unknown, what: string): { time: string; id:
   }
   return { time: match[1]!, id: match[2]! }
 }
+
+/** Rows in one page of a list when `limit` is not given. */
+export const DEFAULT_PAGE_LIMIT = 100
+
+/** Reads the `limit` option of a paginated list: a positive integer, {@link DEFAULT_PAGE_LIMIT} when absent. */
+export function pageLimit(limit: unknown): number {
+  const value = limit ?? DEFAULT_PAGE_LIMIT
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
+    throw invalidOption(
+      'limit',
+      limit,
+      (name, got) => `${name('limit')} must be a positive integer, got ${got}`,
+    )
+  }
+  return value
+}

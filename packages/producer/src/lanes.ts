@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely'
 import { actorOption, recordAudit } from './audit.js'
 import { invalidOption, OutboxError } from './errors.js'
+import { pageLimit } from './keyset-cursor.js'
 import { resolveSchema } from './schema-name.js'
 import { clearConflictPark } from './sql/clear-conflict-park.js'
 import { describeLane, type LaneKey, lockLaneForAction, releaseBlockedLane } from './sql/lock-lane.js'
@@ -210,14 +211,7 @@ export async function listLanes(db: Kysely<any>, options: ListLanesOptions): Pro
       (name, got) => `${name('state')} must be one of ${STATES.join(', ')}, got ${got}`,
     )
   }
-  const limit = options.limit ?? 100
-  if (!Number.isSafeInteger(limit) || limit <= 0) {
-    throw invalidOption(
-      'limit',
-      options.limit,
-      (name, got) => `${name('limit')} must be a positive integer, got ${got}`,
-    )
-  }
+  const limit = pageLimit(options.limit)
   const rows = await selectLanes(
     { db, schema: resolveSchema(options.schema) },
     {
