@@ -69,7 +69,7 @@ export interface OutboxLaneTable {
   started_token: string | null
 }
 
-/** A webhook destination (migrations 0008 and 0009); read it through `listSubscriptions`. */
+/** A webhook destination (migrations 0008, 0009 and 0012); read it through `listSubscriptions`. */
 export interface OutboxSubscriptionTable {
   id: Generated<string>
   name: string | null
@@ -93,6 +93,11 @@ export interface OutboxSubscriptionTable {
   probe_at: Date | null
   probe_token: string | null
   throttled_until: Date | null
+  /** Most requests per second across relays (`ratePerSecond`); null for no rate. */
+  rate_per_second: number | null
+  /** The rate's token bucket: tokens left as of `rate_refilled_at`; null for a full bucket. */
+  rate_tokens: number | null
+  rate_refilled_at: Date | null
 }
 
 /** A subscription's signing secret; the one without `expires_at` is current. Never returned by the API. */

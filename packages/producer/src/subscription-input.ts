@@ -27,6 +27,13 @@ export interface SubscriptionSettings {
    * @defaultValue no limit beyond the relays' `concurrency`
    */
   readonly maxInFlight?: number
+  /**
+   * The most requests per second sent to this subscription's endpoint, by every relay together (fractions allowed:
+   * `0.5` is one request every two seconds). Held in PostgreSQL as a token bucket that allows a burst of one
+   * second's worth (at least one request); a lane of a rate-limited subscription carries one event per claim.
+   * @defaultValue no rate
+   */
+  readonly ratePerSecond?: number
   /** Delays in ms before each retry, as the relay's `retrySchedule`. @defaultValue the relay's */
   readonly retrySchedule?: readonly number[]
   /**
@@ -63,6 +70,7 @@ export interface StoredSettings {
   readonly eventTypes?: readonly string[] | null
   readonly onExhausted?: OnExhausted | null
   readonly maxInFlight?: number | null
+  readonly ratePerSecond?: number | null
   readonly retrySchedule?: readonly number[] | null
   readonly requestTimeoutMs?: number | null
 }
@@ -74,6 +82,7 @@ const SETTINGS: readonly (keyof SubscriptionSettings)[] = [
   'eventTypes',
   'onExhausted',
   'maxInFlight',
+  'ratePerSecond',
   'retrySchedule',
   'requestTimeoutMs',
 ]
@@ -84,6 +93,13 @@ const MAX_TEXT = 200
 const MAX_EVENT_TYPES = 100
 /** The longest request timeout a subscription may ask for: a relay's lease must still fit it. */
 const MAX_REQUEST_TIMEOUT_MS = 600_000
+/**
+ * The highest `ratePerSecond`: above it a rate is no protection for an endpoint, and a bucket of that many tokens a
+ * burst no endpoint asked for.
+ */
+const MAX_RATE_PER_SECOND = 10_000
+/** The lowest `ratePerSecond`, one request every 1000 s: below it a subscription is better disabled. */
+const MIN_RATE_PER_SECOND = 0.001
 /** The longest retry delay: a week, as a longer wait is an outage that needs a person. */
 const MAX_RETRY_DELAY_MS = 7 * 24 * 3600_000
 
@@ -134,6 +150,23 @@ function eventTypes(value: unknown): readonly string[] {
 function positiveInteger(value: unknown, option: string, max: number): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value < 1 || value > max) {
     refuse(option, value, (spell, got) => `${spell(option)} must be an integer from 1 to ${max}, got ${got}`)
+  }
+  return value
+}
+
+function ratePerSecond(value: unknown): number {
+  if (
+    typeof value !== 'number' ||
+    !Number.isFinite(value) ||
+    value < MIN_RATE_PER_SECOND ||
+    value > MAX_RATE_PER_SECOND
+  ) {
+    refuse(
+      'ratePerSecond',
+      value,
+      (spell, got) =>
+        `${spell('ratePerSecond')} must be a number of requests per second from ${MIN_RATE_PER_SECOND} to ${MAX_RATE_PER_SECOND} (0.5 is one every 2 s), got ${got}`,
+    )
   }
   return value
 }
@@ -189,6 +222,8 @@ function setting(key: keyof SubscriptionSettings, value: unknown, clearable: boo
       return onExhausted(value)
     case 'maxInFlight':
       return positiveInteger(value, 'maxInFlight', 10_000)
+    case 'ratePerSecond':
+      return ratePerSecond(value)
     case 'retrySchedule':
       return retrySchedule(value)
     case 'requestTimeoutMs':
@@ -205,14 +240,6 @@ function checkObject(input: unknown, what: string): Record<string, unknown> {
 
 function refuseUnknown(input: Record<string, unknown>, known: readonly string[]): void {
   for (const key of Object.keys(input)) {
-    if (key === 'ratePerSecond') {
-      refuse(
-        key,
-        input[key],
-        (spell) =>
-          `${spell(key)} is not supported yet: use ${spell('maxInFlight')} to bound what one endpoint receives at once`,
-      )
-    }
     if (!known.includes(key)) {
       refuse(
         key,

@@ -52,6 +52,8 @@ export interface Subscription {
   readonly disabledAt: Date | null
   readonly onExhausted: OnExhausted | null
   readonly maxInFlight: number | null
+  /** Most requests per second to its endpoint across every relay; null for no rate. */
+  readonly ratePerSecond: number | null
   readonly retrySchedule: readonly number[] | null
   readonly requestTimeoutMs: number | null
   /** True for the implicit subscription (the relay's `endpoint`). */
@@ -95,6 +97,7 @@ function toSubscription(row: SubscriptionRow): Subscription {
     disabledAt: row.disabled_at,
     onExhausted: row.on_exhausted,
     maxInFlight: row.max_in_flight,
+    ratePerSecond: row.rate_per_second,
     retrySchedule: row.retry_schedule?.map(Number) ?? null,
     requestTimeoutMs: row.request_timeout_ms,
     implicit: row.id === IMPLICIT_SUBSCRIPTION_ID,

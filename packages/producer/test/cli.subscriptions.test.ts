@@ -30,6 +30,8 @@ describe.concurrent('outbox subscriptions', () => {
         'invoice.paid',
         '--max-in-flight',
         '4',
+        '--rate',
+        '0.5',
         '--retry-schedule',
         '5s,5m',
         '--json',
@@ -44,22 +46,42 @@ describe.concurrent('outbox subscriptions', () => {
       tenant: 'acme',
       eventTypes: ['order.*', 'invoice.paid'],
       maxInFlight: 4,
+      ratePerSecond: 0.5,
       retrySchedule: [5000, 300_000],
     })
 
     const shown = await runCli(['subscriptions', 'show', 'cli-acme'], env)
     expect(shown.stdout).toMatch(/^name +cli-acme$/m)
     expect(shown.stdout).toMatch(/^event types +order\.\*, invoice\.paid$/m)
+    expect(shown.stdout).toMatch(/^rate +0\.5\/s$/m)
     const listed = await runCli(['subscriptions', 'list'], env)
-    expect(listed.stdout).toMatch(/^ID +NAME +STATE +BREAKER +TENANT +EVENT TYPES +URL$/m)
+    expect(listed.stdout).toMatch(/^ID +NAME +STATE +BREAKER +TENANT +EVENT TYPES +RATE +URL$/m)
     expect(listed.stdout).toContain(`${id}  cli-acme`)
+    expect(listed.stdout).toMatch(/cli-acme .* 0\.5\/s +https:\/\/acme\.example\/hooks$/m)
     expect(listed.stdout).toMatch(new RegExp(`^${IMPLICIT_SUBSCRIPTION_ID} +default +enabled`, 'm'))
 
     const updated = await runCli(
-      ['subscriptions', 'update', id, '--url', 'https://acme.example/v2', '--clear', 'tenant', '--json'],
+      [
+        'subscriptions',
+        'update',
+        id,
+        '--url',
+        'https://acme.example/v2',
+        '--clear',
+        'tenant',
+        '--clear',
+        'rate',
+        '--json',
+      ],
       env,
     )
-    expect(JSON.parse(updated.stdout)).toMatchObject({ url: 'https://acme.example/v2', tenant: null })
+    expect(JSON.parse(updated.stdout)).toMatchObject({
+      url: 'https://acme.example/v2',
+      tenant: null,
+      ratePerSecond: null,
+    })
+    const rated = await runCli(['subscriptions', 'update', id, '--rate', '20', '--json'], env)
+    expect(JSON.parse(rated.stdout)).toMatchObject({ ratePerSecond: 20 })
 
     const disabled = await runCli(['subscriptions', 'disable', 'cli-acme', '--reason', 'paused by ops'], env)
     expect(disabled.stdout.trim()).toBe('cli-acme is disabled')
@@ -95,6 +117,11 @@ describe.concurrent('outbox subscriptions', () => {
       await runCli(['subscriptions', 'add', '--url', 'https://x/h', '--max-in-flight', 'lots'], env),
       2,
       /--max-in-flight must be an integer from 1/,
+    )
+    expectFailure(
+      await runCli(['subscriptions', 'add', '--url', 'https://x/h', '--rate', 'fast'], env),
+      2,
+      /--rate must be a number of requests per second from 0\.001 to 10000 .*got "fast"/,
     )
     expectFailure(
       await runCli(['subscriptions', 'add', '--url', 'https://x/h', '--event-type', 'a*b'], env),

@@ -113,6 +113,7 @@ Settings (add, update):
   --event-type <type>           receive only this type, exact or a prefix ending in * (order.*); repeatable
   --secret <whsec_…>            (add) the signing secret; default: a new random one     [env: OUTBOX_SECRET]
   --max-in-flight <n>           most of its lanes in flight at once, across every relay
+  --rate <n>                    most requests per second to it, across every relay (0.5 = one every 2 s)
   --retry-schedule <durations>  its own retry delays, e.g. 5s,5m,30m (default: the relay's)
   --request-timeout-ms <ms>     its own request timeout; must fit the relays' lease (default: the relay's)
   --on-exhausted <skip|block>   its own rule when attempts run out (default: the relay's)

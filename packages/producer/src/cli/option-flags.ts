@@ -7,6 +7,7 @@ const RENAMED: Readonly<Record<string, string>> = {
   overdueAfterMs: '--overdue-after',
   eventTypes: '--event-type',
   overlapMs: '--overlap',
+  ratePerSecond: '--rate',
   subscriptions: '--subscription',
   subscriptionId: '--subscription',
 }

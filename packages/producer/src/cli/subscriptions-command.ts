@@ -16,6 +16,7 @@ const SETTING_FLAGS = {
   tenant: { type: 'string' },
   'event-type': { type: 'string', multiple: true },
   'max-in-flight': { type: 'string' },
+  rate: { type: 'string' },
   'retry-schedule': { type: 'string' },
   'request-timeout-ms': { type: 'string' },
   'on-exhausted': { type: 'string' },
@@ -28,6 +29,7 @@ const CLEARABLE: Readonly<Record<string, keyof SubscriptionChanges>> = {
   tenant: 'tenant',
   'event-type': 'eventTypes',
   'max-in-flight': 'maxInFlight',
+  rate: 'ratePerSecond',
   'retry-schedule': 'retrySchedule',
   'request-timeout-ms': 'requestTimeoutMs',
   'on-exhausted': 'onExhausted',
@@ -49,6 +51,7 @@ function settingsOf(values: SettingValues): SubscriptionChanges {
   if (values.tenant !== undefined) settings.tenant = values.tenant
   if (values['event-type'] !== undefined) settings.eventTypes = values['event-type']
   if (values['max-in-flight'] !== undefined) settings.maxInFlight = numberFlag(values['max-in-flight'])
+  if (values.rate !== undefined) settings.ratePerSecond = numberFlag(values.rate)
   if (values['request-timeout-ms'] !== undefined) {
     settings.requestTimeoutMs = numberFlag(values['request-timeout-ms'])
   }
@@ -76,6 +79,7 @@ function describe(subscription: Subscription): string[][] {
     ['tenant', or(subscription.tenant, 'every tenant')],
     ['event types', subscription.eventTypes?.join(', ') ?? 'every type'],
     ['max in flight', or(subscription.maxInFlight, 'no limit')],
+    ['rate', rateOf(subscription, 'no limit')],
     ['retry schedule', subscription.retrySchedule?.map((ms) => `${ms}ms`).join(',') ?? "the relay's"],
     [
       'request timeout',
@@ -95,6 +99,11 @@ function describe(subscription: Subscription): string[][] {
     ['endpoint', describeHealth(subscription)],
     ['created', subscription.createdAt.toISOString()],
   ]
+}
+
+/** A subscription's rate as shown (`5/s`), or `none` when it has none. */
+function rateOf(subscription: Subscription, none: string): string {
+  return subscription.ratePerSecond === null ? none : `${subscription.ratePerSecond}/s`
 }
 
 /** The endpoint's breaker and throttle in one line. */
@@ -191,7 +200,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
         writeLine(io.stdout, JSON.stringify(listed, null, 2))
         return 0
       }
-      const header = ['ID', 'NAME', 'STATE', 'BREAKER', 'TENANT', 'EVENT TYPES', 'URL']
+      const header = ['ID', 'NAME', 'STATE', 'BREAKER', 'TENANT', 'EVENT TYPES', 'RATE', 'URL']
       const rows = listed.map((subscription) => [
         subscription.id,
         subscription.name ?? '-',
@@ -199,6 +208,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
         subscription.implicit ? '-' : subscription.endpoint.breaker,
         subscription.tenant ?? '*',
         subscription.eventTypes?.join(',') ?? '*',
+        rateOf(subscription, '-'),
         subscription.implicit ? '(relay --endpoint)' : (subscription.url ?? '-'),
       ])
       for (const line of formatTable([header, ...rows])) writeLine(io.stdout, line)

@@ -1,4 +1,5 @@
-// outbox_claim_subscription_lanes — body in force: migration 0009 (0008's outbox_claim_lanes with endpoint health).
+// outbox_claim_subscription_lanes — body in force: migration 0012 (0009's endpoint-health claim with a rate per
+// subscription).
 import { sql } from 'kysely'
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { Clock } from '../runtime.js'
@@ -22,7 +23,7 @@ export interface ClaimResult {
 export interface ClaimRequest {
   /**
    * The subscriptions to claim for, each with its room: the most lanes it may get from this claim (the database
-   * lowers it further to what the subscription's `maxInFlight` leaves across relays).
+   * lowers it further to what the subscription's `maxInFlight` leaves across relays, and to its whole rate tokens).
    * @defaultValue the implicit subscription alone, with room for `lanes`
    */
   readonly subscriptions?: readonly { readonly id: string; readonly room: number }[]
@@ -86,6 +87,10 @@ type LaneInProgress = Omit<ClaimedLane, 'events' | 'heldBytes'> & { events: Lane
  *   lane; READ COMMITTED re-checks the lease condition on the latest row version before locking it.
  * - Lanes parked by `onExhausted: 'block'` are never claimed, and their rows are skipped in the due scan too: a
  *   row enqueued while (or just before) the lane was blocked may still look due, and must not fill the window.
+ * - A rate-limited subscription (`ratePerSecond`) gets at most the whole tokens of its bucket, kept on its row and
+ *   spent under the row lock the claim takes anyway, exactly one per lane claimed; each of its lanes is read with
+ *   ONE event, so requests never outnumber tokens, whichever relays claim. With no whole token it gets room 0 and
+ *   is not scanned, and its window filling up is not reported (`windowFull`): no claim again for tokens not there.
  * - The scan window is `scanRows` rows, not lanes: a small window keeps each claim cheap, and `windowFull` tells
  *   the relay when a backlog whose rows come in long runs per aggregate may hold more due lanes past it.
  * - Cost proportional to the lanes wanted, not to the candidates: candidates stream in due order (the sorted

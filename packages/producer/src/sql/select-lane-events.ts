@@ -32,7 +32,9 @@ interface LaneEventRow {
  * after `afterSequence`, in sequence order (contiguous, since sequence order is delivery order), within `maxBytes`
  * of payload. The claim reads a lane's first rows itself (`claimLanes`).
  *
- * Fenced by the claim token, so a lane lost in between yields nothing. Sizes come from the stored `payload_bytes`
+ * Fenced by the claim token, so a lane lost in between yields nothing. A lane of a rate-limited subscription yields
+ * nothing either: its claim spent one token for one request (migration 0012), so it goes back for another claim
+ * rather than read on (a relay whose `batchSize` is 1 would otherwise send its whole backlog past the rate). Sizes come from the stored `payload_bytes`
  * (measured for rows written before migration 0007), so rows past the budget are never turned into text; the
  * payload is read as text, which the relay splices into the body without a parse/serialise round trip.
  */
@@ -57,6 +59,10 @@ export async function selectLaneEvents(ctx: SqlContext, request: NextRowsRequest
         LIMIT ${request.batchSize}
       ) e
       WHERE l.claim_token = ${request.claimToken}::uuid
+        AND NOT EXISTS (
+          SELECT 1 FROM ${sql.id(ctx.schema, 'outbox_subscription')} rated
+          WHERE rated.id = l.subscription_id AND rated.rate_per_second IS NOT NULL
+        )
       WINDOW w AS (ORDER BY e.sequence ROWS UNBOUNDED PRECEDING)
     ) k
     JOIN ${outbox} o ON o.id = k.id

@@ -14,6 +14,7 @@ export interface SubscriptionRow {
   disabled_at: Date | null
   on_exhausted: 'skip' | 'block' | null
   max_in_flight: number | null
+  rate_per_second: number | null
   retry_schedule: string[] | null
   request_timeout_ms: number | null
   created_at: Date
@@ -36,6 +37,7 @@ const COLUMNS: Readonly<Record<keyof StoredSettings, string>> = {
   eventTypes: 'event_types',
   onExhausted: 'on_exhausted',
   maxInFlight: 'max_in_flight',
+  ratePerSecond: 'rate_per_second',
   retrySchedule: 'retry_schedule',
   requestTimeoutMs: 'request_timeout_ms',
 }
@@ -95,7 +97,7 @@ export async function selectSubscriptions(
   // Raw SQL: an aggregate over a filtered join of the secrets, which never leaves the database.
   const { rows } = await sql<SubscriptionRow>`
     SELECT s.id, s.name, s.url, s.tenant, s.event_types, s.state, s.disabled_reason, s.disabled_at, s.on_exhausted,
-           s.max_in_flight, s.retry_schedule, s.request_timeout_ms, s.created_at, s.updated_at,
+           s.max_in_flight, s.rate_per_second, s.retry_schedule, s.request_timeout_ms, s.created_at, s.updated_at,
            s.breaker_state, s.probe_token IS NOT NULL AND s.probe_at > now() AS probing, s.failure_streak,
            s.breaker_opened_at, s.probe_at, s.throttled_until,
            max(k.created_at) FILTER (WHERE k.expires_at IS NULL) AS secret_created_at,
