@@ -91,11 +91,11 @@ describe('ratePerSecond', () => {
       stored.relay({ db: t.connect({ max: 4 }), concurrency: 8 }),
     ]
     const byRelay = relays.map(() => 0)
-    relays.forEach((relay, index) =>
+    for (const [index, relay] of relays.entries()) {
       relay.on('delivery:success', () => {
         byRelay[index]! += 1
-      }),
-    )
+      })
+    }
     const started = performance.now()
     await Promise.all(relays.map((relay) => relay.start()))
     // 100 requests at 20/s after a burst of 20 take about 4 s; without the rate they take a few ms.
