@@ -4,6 +4,7 @@ import pg from 'pg'
 import { describe, expect, it } from 'vitest'
 import {
   createSubscription,
+  type EnqueueInput,
   enqueueMany,
   getSubscription,
   listSubscriptions,
@@ -21,7 +22,7 @@ const stored = useStoredSubscriptions(t, { pollIntervalMs: 50 }, () =>
 
 /** Enqueues `perAggregate` events to each of `aggregates` aggregates named `<prefix><n>`, in one transaction. */
 async function backlog(prefix: string, aggregates: number, perAggregate = 1): Promise<void> {
-  const events = []
+  const events: EnqueueInput[] = []
   for (let n = 0; n < perAggregate; n++) {
     for (let a = 0; a < aggregates; a++) {
       events.push({
