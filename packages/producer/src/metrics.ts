@@ -97,6 +97,9 @@ export class RelayMetrics {
       }
       return cached.value
     }
+    // A stats read that fails (the database is down or slow) keeps the gauges' last values instead of failing the
+    // whole scrape: the counters, the process metrics and the relay's readiness must still reach Prometheus then.
+    const readOrKeep = () => read().catch(() => undefined)
     const gauges: [keyof StatsFigures, string, string][] = [
       ['lagSeconds', 'lag_seconds', 'Age in seconds of the oldest undelivered event.'],
       ['pending', 'pending', 'Events not yet delivered.'],
@@ -111,7 +114,8 @@ export class RelayMetrics {
         help: 'Stored subscriptions whose endpoint breaker is open or probing.',
         registers: [register],
         async collect() {
-          this.set((await read()).subscriptions.filter((sub) => sub.breaker !== 'closed').length)
+          const figures = await readOrKeep()
+          if (figures) this.set(figures.subscriptions.filter((sub) => sub.breaker !== 'closed').length)
         },
       })
     }
@@ -122,7 +126,8 @@ export class RelayMetrics {
         help,
         registers: [register],
         async collect() {
-          this.set((await read())[key])
+          const figures = await readOrKeep()
+          if (figures) this.set(figures[key])
         },
       })
     }

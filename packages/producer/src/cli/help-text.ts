@@ -77,6 +77,11 @@ Options:
   --log-level <level>           debug, info, warn or error; warn hides the line per successful delivery
                                 (default info)
   --verbose                     also log the relay's own diagnostics (at the chosen --log-level)
+  --metrics-port <port>         serve /metrics (Prometheus), /healthz (liveness: the process answers; never
+                                the database) and /readyz (the database answers and the claim loop moves)
+                                on this port; 0 picks a free one (default: off)   [env: OUTBOX_METRICS_PORT]
+  --metrics-host <address>      interface of the metrics port (default 0.0.0.0, where a pod's probes and
+                                scrapes arrive; 127.0.0.1 keeps it local)         [env: OUTBOX_METRICS_HOST]
 ${databaseOptions(28)}
 
 Examples:

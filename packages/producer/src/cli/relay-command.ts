@@ -8,7 +8,7 @@ import type { CliIo } from './command.js'
 import { explainDatabaseError } from './describe-error.js'
 import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer, type Producer } from './load-producer.js'
-import { resolveDatabase, withDatabase } from './open-database.js'
+import { connectionConfig, type DatabaseTarget, resolveDatabase, withDatabase } from './open-database.js'
 import { flagMessage } from './option-flags.js'
 import {
   choiceFlag,
@@ -18,7 +18,9 @@ import {
   numberFlag,
   parseFlags,
 } from './parse-flags.js'
+import { RelayHttpServer } from './relay-http.js'
 import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
+import { createReadiness, registerReadyGauge } from './relay-readiness.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
@@ -38,7 +40,61 @@ const FLAGS = {
   'log-format': { type: 'string' },
   'log-level': { type: 'string' },
   verbose: { type: 'boolean' },
+  'metrics-port': { type: 'string' },
+  'metrics-host': { type: 'string' },
 } as const
+
+/**
+ * Where the operations port listens by default: every IPv4 interface, as Prometheus exporters do, because a
+ * pod's probes (the kubelet) and scrapes (Prometheus) come to the pod's IP, never to its loopback. It serves
+ * counts and names of subscriptions, never a secret; `--metrics-host 127.0.0.1` keeps it local on a shared host.
+ */
+export const DEFAULT_METRICS_HOST = '0.0.0.0'
+
+/** How long `/readyz` waits for the database's answer to `SELECT 1`: well inside a probe's usual 5 s. */
+const READY_PING_TIMEOUT_MS = 2000
+
+/** The readiness probe's own connection: one, apart from the relay's pool, so a busy pool never fails a probe. */
+async function readinessPing(
+  target: DatabaseTarget,
+): Promise<{ ping: () => Promise<void>; close: () => Promise<void> }> {
+  const { default: pg } = await import('pg')
+  const pool = new pg.Pool({
+    ...connectionConfig(target, {
+      applicationName: 'outbox relay (readiness)',
+      statementTimeoutMs: READY_PING_TIMEOUT_MS,
+    }),
+    connectionTimeoutMillis: READY_PING_TIMEOUT_MS,
+    max: 1,
+  })
+  pool.on('error', () => {})
+  pool.on('connect', (client) => client.on('error', () => {}))
+  return {
+    ping: async () => {
+      await pool.query('SELECT 1')
+    },
+    close: () => pool.end().catch(() => {}),
+  }
+}
+
+/**
+ * The LISTEN connection as a function rather than `{ connectionString }`: the relay then holds no connection string
+ * (with its password) in `relay.options`, and the connection gets the CLI's deadlines and keepalives.
+ */
+function listenConnection(target: DatabaseTarget): ListenOption {
+  return async () => {
+    const { default: pg } = await import('pg')
+    const client = new pg.Client(connectionConfig(target, { applicationName: 'outbox relay (listen)' }))
+    client.on('error', () => {})
+    try {
+      await client.connect()
+    } catch (error) {
+      await client.end().catch(() => {})
+      throw error
+    }
+    return client
+  }
+}
 
 /**
  * Secrets from `--secret` (repeatable) or `OUTBOX_SECRET` (`OUTBOX_SIGNING_SECRET`, its deprecated old name, is
@@ -141,12 +197,31 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
   const schedule = retrySchedule(values['retry-schedule'])
+  const metricsPort = integerFlag(
+    values['metrics-port'] ?? (io.env.OUTBOX_METRICS_PORT?.trim() || undefined),
+    'metrics-port',
+    0,
+    65_535,
+  )
+  const metricsHost =
+    values['metrics-host']?.trim() || io.env.OUTBOX_METRICS_HOST?.trim() || DEFAULT_METRICS_HOST
+  const register =
+    metricsPort === undefined
+      ? undefined
+      : await import('prom-client').then(({ Registry, collectDefaultMetrics }) => {
+          const created = new Registry()
+          collectDefaultMetrics({ register: created })
+          return created
+        })
 
   const log = createCliLogger(format, level, io.stdout)
   return await withDatabase(
     target,
     {
       applicationName: 'outbox relay',
+      // A statement that runs longer than a lease is useless (the claim it serves has expired meanwhile), and one
+      // whose answer never comes (a silent network) must fail rather than hang the claim loop.
+      statementTimeoutMs: leaseMs !== undefined && leaseMs > 0 ? leaseMs : producer.DEFAULT_LEASE_MS,
       onIdleError: (error) =>
         log.warn(
           { error: explainDatabaseError(error, target) ?? error },
@@ -154,7 +229,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         ),
     },
     async (db) => {
-      const listen: ListenOption = values.listen ? { connectionString: target.url } : false
+      const listen: ListenOption = values.listen ? listenConnection(target) : false
       const options: RelayOptions = {
         db,
         endpoint,
@@ -170,6 +245,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         onExhausted,
         schema: target.schema,
         listen,
+        metrics: register === undefined ? undefined : { register },
         // The events below already give one line per occurrence; the relay's own diagnostics would repeat
         // them, so they are only shown with --verbose.
         logger: values.verbose ? log : silentLogger,
@@ -190,7 +266,36 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
       relay.on('relay:stopped', (result) => {
         stopped = result
       })
+      let server: RelayHttpServer | undefined
+      let closePing: (() => Promise<void>) | undefined
       try {
+        if (register !== undefined) {
+          const { ping, close } = await readinessPing(target)
+          closePing = close
+          const readiness = createReadiness({
+            lastPassAt: () => relay.lastPassAt,
+            stopping: () => interrupt.received !== undefined,
+            ping,
+            // A pass completes at least once a poll interval; one that has not for a whole lease is stuck (its
+            // lanes' leases run out meanwhile and other relays take them).
+            stallMs: Math.max(relay.options.leaseMs, 5 * relay.options.pollIntervalMs),
+            timeoutMs: READY_PING_TIMEOUT_MS,
+            explain: (error) =>
+              explainDatabaseError(error, target) ??
+              (error instanceof Error ? error.message : String(error)),
+          })
+          registerReadyGauge(register, readiness)
+          server = await RelayHttpServer.listen({
+            host: metricsHost,
+            port: metricsPort!,
+            register,
+            readiness,
+          })
+          log.info(
+            { host: metricsHost, port: server.port, paths: '/metrics,/healthz,/readyz' },
+            'serving metrics and probes',
+          )
+        }
         await relay.start()
         const resolved = relay.options
         log.info(
@@ -232,6 +337,9 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         )
       } finally {
         await relay.stop({ timeoutMs: stopTimeoutMs })
+        // Probes and the last scrape are answered until the drain is over (readiness says "stopping" meanwhile).
+        await server?.close()
+        await closePing?.()
         interrupt.dispose()
       }
       log.info({ ...stopped }, 'relay stopped')
