@@ -28,7 +28,11 @@ async function servedPort(relay: CliProcess): Promise<number> {
 
 async function get(port: number, path: string): Promise<{ status: number; body: string; type: string }> {
   const response = await fetch(`http://127.0.0.1:${port}${path}`)
-  return { status: response.status, body: await response.text(), type: response.headers.get('content-type') ?? '' }
+  return {
+    status: response.status,
+    body: await response.text(),
+    type: response.headers.get('content-type') ?? '',
+  }
 }
 
 describe.concurrent('outbox relay --metrics-port', () => {
@@ -57,7 +61,11 @@ describe.concurrent('outbox relay --metrics-port', () => {
     expect(metrics.status).toBe(200)
     expect(metrics.type).toMatch(/^text\/plain/)
     expect(
-      metricValue(metrics.body, 'outbox_deliveries_total', '{subscription="default",outcome="success",status="200"}'),
+      metricValue(
+        metrics.body,
+        'outbox_deliveries_total',
+        '{subscription="default",outcome="success",status="200"}',
+      ),
     ).toBe(4)
     expect(metricValue(metrics.body, 'outbox_relay_ready')).toBe(1)
     // The process metrics of prom-client's collectDefaultMetrics.
@@ -130,7 +138,10 @@ describe.concurrent('outbox relay --metrics-port', () => {
     await relay.waitFor(() => /SIGTERM received/.test(relay.stdout()), 'the stop line')
     const ready = await get(port, '/readyz')
     expect(ready.status).toBe(503)
-    expect(JSON.parse(ready.body)).toEqual({ status: 'not ready', reason: 'stopping: draining in-flight requests' })
+    expect(JSON.parse(ready.body)).toEqual({
+      status: 'not ready',
+      reason: 'stopping: draining in-flight requests',
+    })
     expect((await get(port, '/healthz')).status).toBe(200)
     const result = await relay.exited
     expect(result.code, result.stderr).toBe(0)

@@ -21,6 +21,8 @@ import {
 import { RelayHttpServer } from './relay-http.js'
 import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
 import { createReadiness, registerReadyGauge } from './relay-readiness.js'
+import { resolveSettings } from './relay-settings.js'
+import { readSecretFile } from './secret-file.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
@@ -42,6 +44,9 @@ const FLAGS = {
   verbose: { type: 'boolean' },
   'metrics-port': { type: 'string' },
   'metrics-host': { type: 'string' },
+  config: { type: 'string' },
+  'secret-file': { type: 'string' },
+  'database-url-file': { type: 'string' },
 } as const
 
 /**
@@ -124,6 +129,57 @@ function retrySchedule(value: string | undefined): number[] | undefined {
 }
 
 /**
+ * Reads `--secret-file`/`OUTBOX_SECRET_FILE` and `--database-url-file`/`DATABASE_URL_FILE` into the variables the
+ * rest of the command reads, and refuses a password on the command line: `ps` shows every process's arguments to
+ * every user of the machine, for as long as the relay runs.
+ */
+function withSecretFiles(
+  typed: { readonly 'database-url'?: string | undefined; readonly secret?: readonly string[] | undefined },
+  values: { readonly 'secret-file'?: string | undefined; readonly 'database-url-file'?: string | undefined },
+  env: NodeJS.ProcessEnv,
+): NodeJS.ProcessEnv {
+  const typedUrl = typed['database-url']?.trim()
+  if (typedUrl) {
+    let password = ''
+    try {
+      password = new URL(typedUrl).password
+    } catch {
+      // resolveDatabase reports a malformed URL, without echoing it.
+    }
+    if (password !== '') {
+      throw new UsageError(
+        '--database-url holds a password, which ps shows to every user of this machine: put it in DATABASE_URL or --database-url-file (a file holding the URL)',
+      )
+    }
+  }
+  const next = { ...env }
+  const urlFile = values['database-url-file']?.trim()
+  if (urlFile) {
+    if (typedUrl || env.DATABASE_URL?.trim()) {
+      throw new UsageError(
+        'give the database URL once: --database-url-file (or DATABASE_URL_FILE), or DATABASE_URL / --database-url',
+      )
+    }
+    next.DATABASE_URL = readSecretFile(urlFile, '--database-url-file')
+  }
+  const secretFile = values['secret-file']?.trim()
+  if (secretFile) {
+    if ((typed.secret?.length ?? 0) > 0 || env.OUTBOX_SECRET?.trim() || env.OUTBOX_SIGNING_SECRET?.trim()) {
+      throw new UsageError(
+        'give the signing secrets once: --secret-file (or OUTBOX_SECRET_FILE), or OUTBOX_SECRET',
+      )
+    }
+    // One secret per line (or comma-separated): a rotation adds a line.
+    next.OUTBOX_SECRET = readSecretFile(secretFile, '--secret-file')
+      .split(/[\r\n,]+/)
+      .map((line) => line.trim())
+      .filter(Boolean)
+      .join(',')
+  }
+  return next
+}
+
+/**
  * Creates the relay, which checks every option (endpoint URL, secrets, bounds, lease against timeout) before
  * anything runs; an option it refuses is reported under the flag the operator used.
  */
@@ -178,11 +234,15 @@ async function warnWhenNothingServed(
  * in-flight requests, writes its marks and releases its claims) and exits 0.
  */
 export async function relayCommand(argv: readonly string[], io: CliIo): Promise<number> {
-  const { values } = parseFlags('relay', argv, FLAGS)
+  const parsed = parseFlags('relay', argv, FLAGS)
+  // Every flag also from OUTBOX_<FLAG> and from --config <file>: the command line wins, then the environment.
+  const settings = resolveSettings(FLAGS, parsed.values, io.env)
+  const values = settings.values as typeof parsed.values
+  const env = withSecretFiles(parsed.values, values, settings.env)
   // Without an endpoint the relay serves the stored subscriptions (outbox subscriptions add).
-  const endpoint = values.endpoint?.trim() || io.env.OUTBOX_ENDPOINT?.trim() || undefined
+  const endpoint = values.endpoint?.trim() || env.OUTBOX_ENDPOINT?.trim() || undefined
   const subscriptions = values.subscription?.flatMap((value) => value.split(',')).map((id) => id.trim())
-  const secrets = signingSecrets(values.secret, io.env)
+  const secrets = signingSecrets(values.secret, env)
   // Syntax only: the relay checks the bounds, and its errors are reported under these flags.
   const concurrency = numberFlag(values.concurrency)
   const batchSize = numberFlag(values['batch-size'])
@@ -192,19 +252,15 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
   const onExhausted = values['on-exhausted'] as OnExhausted | undefined
   const stopTimeoutMs =
     integerFlag(values['stop-timeout-ms'], 'stop-timeout-ms', 0) ?? DEFAULT_STOP_TIMEOUT_MS
-  const format = choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? 'text'
+  // Text for a person at a terminal; JSON lines for everything else (a container's or journald's log pipeline).
+  const format =
+    choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? (io.stdout.isTTY ? 'text' : 'json')
   const level = choiceFlag(values['log-level'], 'log-level', LOG_LEVELS) ?? 'info'
-  const target = resolveDatabase(values, io.env)
+  const target = resolveDatabase(values, env)
   const producer = await loadProducer()
   const schedule = retrySchedule(values['retry-schedule'])
-  const metricsPort = integerFlag(
-    values['metrics-port'] ?? (io.env.OUTBOX_METRICS_PORT?.trim() || undefined),
-    'metrics-port',
-    0,
-    65_535,
-  )
-  const metricsHost =
-    values['metrics-host']?.trim() || io.env.OUTBOX_METRICS_HOST?.trim() || DEFAULT_METRICS_HOST
+  const metricsPort = integerFlag(values['metrics-port'], 'metrics-port', 0, 65_535)
+  const metricsHost = values['metrics-host']?.trim() || DEFAULT_METRICS_HOST
   const register =
     metricsPort === undefined
       ? undefined
@@ -281,8 +337,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
             stallMs: Math.max(relay.options.leaseMs, 5 * relay.options.pollIntervalMs),
             timeoutMs: READY_PING_TIMEOUT_MS,
             explain: (error) =>
-              explainDatabaseError(error, target) ??
-              (error instanceof Error ? error.message : String(error)),
+              explainDatabaseError(error, target) ?? (error instanceof Error ? error.message : String(error)),
           })
           registerReadyGauge(register, readiness)
           server = await RelayHttpServer.listen({
@@ -327,6 +382,12 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         // this one anyway, so the CLI says it itself then.
         if (endpoint !== undefined && secrets.length === 0 && !values.verbose) {
           log.warn({ signed: false }, UNSIGNED_WARNING)
+        }
+        if ((parsed.values.secret?.length ?? 0) > 0) {
+          log.warn(
+            {},
+            '--secret shows in ps to every user of this machine: prefer OUTBOX_SECRET or --secret-file (a file holding the secrets)',
+          )
         }
         if (endpoint === undefined)
           await warnWhenNothingServed(producer, db, target.schema, subscriptions, log)

@@ -137,7 +137,11 @@ async function answer(
         send(
           response,
           503,
-          { status: 'unhealthy', reason: `event loop lag ${lag} ms is above ${maxLagMs} ms`, eventLoopLagMs: lag },
+          {
+            status: 'unhealthy',
+            reason: `event loop lag ${lag} ms is above ${maxLagMs} ms`,
+            eventLoopLagMs: lag,
+          },
           request.method,
         )
       } else send(response, 200, { status: 'ok', eventLoopLagMs: lag }, request.method)

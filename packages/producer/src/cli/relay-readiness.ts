@@ -46,7 +46,8 @@ export function createReadiness(options: ReadinessOptions): () => Promise<Readin
       clearTimeout(timer)
     }
     const last = options.lastPassAt()
-    if (last === undefined) return { ready: false, reason: 'starting: the claim loop has not completed a pass yet' }
+    if (last === undefined)
+      return { ready: false, reason: 'starting: the claim loop has not completed a pass yet' }
     const sinceMs = Date.now() - last.getTime()
     if (sinceMs > options.stallMs) {
       return {
