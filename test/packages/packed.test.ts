@@ -200,6 +200,26 @@ describe('the packed packages in a fresh npm app', () => {
     expect(stdout).toMatch(/dead-letters/)
   }, 60_000)
 
+  it('installs prom-client with the producer, so outbox relay --metrics-port serves /metrics from a packed install', async () => {
+    // Resolved from the producer's own directory, as its CLI imports it: a dependency, not a peer the app must add.
+    const { stdout } = await run(
+      process.execPath,
+      [
+        '-e',
+        "const { createRequire } = require('node:module'); const from = createRequire(require.resolve('@outbox/producer/package.json')); const { Registry } = require(from.resolve('prom-client')); process.stdout.write(typeof new Registry().metrics)",
+      ],
+      { cwd: app },
+    )
+    expect(stdout).toBe('function')
+    const manifest = JSON.parse(readFileSync(join(app, 'node_modules/@outbox/producer/package.json'), 'utf8'))
+    expect(manifest.dependencies['prom-client']).toBeDefined()
+    const help = await run('npx', ['outbox', 'relay', '--help'], {
+      cwd: app,
+      env: { ...process.env, npm_config_yes: 'false' },
+    })
+    expect(help.stdout).toMatch(/--metrics-port <port>/)
+  }, 60_000)
+
   it('runs the outbox-console bin from the installed tarball, and refuses to start without a token', async () => {
     const { stdout } = await run('npx', ['outbox-console', '--help'], {
       cwd: app,

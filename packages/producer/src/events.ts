@@ -44,6 +44,15 @@ export interface RelayEventMap {
     readonly error: string
     readonly onExhausted: 'skip' | 'block'
   }
+  /**
+   * One webhook request ended, whatever its outcome: `durationMs` is the request alone (sending to the answer's end),
+   * apart from the enqueue-to-2xx latency of `delivery:success`. `outcome` is `aborted` for a request cut by a stop.
+   */
+  'request:finished': EventRef & {
+    readonly durationMs: number
+    readonly outcome: 'success' | 'failure' | 'conflict' | 'aborted'
+    readonly httpStatus: number | null
+  }
   /** The consumer answered `stale_ignored`: it had already applied a later event of the aggregate. */
   'delivery:stale': EventRef & { readonly httpStatus: number }
   /** A lane was parked: by a 409 (`conflict`, retried after `retryInMs`) or by an exhausted event under `'block'`. */

@@ -61,7 +61,14 @@ export {
   type ListenOption,
 } from './listen.js'
 export { consoleLogger, type Logger, type LogMethod, silentLogger } from './logger.js'
-export { LATENCY_BUCKETS, type MetricsOptions, type MetricsRegistry } from './metrics.js'
+export {
+  DEFAULT_SUBSCRIPTION_LABELS,
+  LATENCY_BUCKETS,
+  type MetricsOptions,
+  type MetricsRegistry,
+  REQUEST_DURATION_BUCKETS,
+  type SubscriptionLabels,
+} from './metrics.js'
 export { isPublicAddress, PrivateAddressError } from './network-guard.js'
 export {
   DEFAULT_BATCH_SIZE,

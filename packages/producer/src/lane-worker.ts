@@ -263,6 +263,14 @@ async function deliverRow(
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
   }
+  if (events.has('request:finished')) {
+    events.emit('request:finished', {
+      ...refOf(target, lane, row),
+      durationMs: performance.now() - startedAt,
+      outcome: outcome.kind,
+      httpStatus: outcome.kind === 'aborted' ? null : outcome.httpStatus,
+    })
+  }
   const logged = logAttempt(deliveryLogOf(ctx, target), outcome)
     ? attemptOf(lane, row, {
         attemptedAt,

@@ -401,6 +401,21 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
           `${spell('metrics')} must be { register } with a prom-client Registry (e.g. new Registry() or the default register)`,
       )
     }
+    const labels = (options.metrics as { subscriptionLabels?: unknown }).subscriptionLabels
+    const max = (labels as { max?: unknown } | null)?.max
+    if (
+      labels !== undefined &&
+      labels !== 'all' &&
+      labels !== 'none' &&
+      !(typeof max === 'number' && Number.isSafeInteger(max) && max >= 0)
+    ) {
+      invalid(
+        'metrics.subscriptionLabels',
+        labels,
+        (spell, got) =>
+          `${spell('metrics.subscriptionLabels')} must be 'all', 'none' or { max: <integer ≥ 0> }, got ${got}`,
+      )
+    }
   }
   const breaker = options.endpointBreaker ?? {}
   if (breaker !== false && (typeof breaker !== 'object' || breaker === null)) {

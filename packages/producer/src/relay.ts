@@ -145,6 +145,8 @@ export class Relay {
   #crashed = false
   #listener: Listener | undefined
   #metrics: Promise<RelayMetrics> | undefined
+  /** Wall-clock time the claim loop last completed a pass (see {@link Relay.lastPassAt}). */
+  #lastPassAt: Date | undefined
 
   /** Checks every option now and throws `OutboxError` (`ERR_OUTBOX_INVALID_OPTION`, naming it in `option`) with what to change. */
   constructor(options: RelayOptions) {
@@ -303,6 +305,15 @@ export class Relay {
     logger.info({ concurrency, listen: listen !== false }, 'relay started')
   }
 
+  /**
+   * When the claim loop last completed a pass (claimed, or found nothing due), or undefined before the first one
+   * and while stopped. A readiness probe compares it with the clock: a loop that stopped completing passes (a hung
+   * connection, a claim that never returns) is a relay that delivers nothing, however healthy its process looks.
+   */
+  get lastPassAt(): Date | undefined {
+    return this.#state === 'running' ? this.#lastPassAt : undefined
+  }
+
   /** True while the LISTEN connection is up (false when wake-ups are off or the connection is being restored). */
   get listening(): boolean {
     return this.#listener?.connected ?? false
@@ -388,6 +399,7 @@ export class Relay {
       let next: Pass
       try {
         next = await this.#pass()
+        this.#lastPassAt = new Date()
         errors = 0
       } catch (error) {
         errors += 1

@@ -85,7 +85,7 @@ describe.concurrent('outbox relay', () => {
     await seedEvents(t.db, ids, 2, { schema })
     const [a, b] = [secret(), secret()]
     const relay = startCli(
-      ['relay', '--poll-interval-ms', '50'],
+      ['relay', '--log-format', 'text', '--poll-interval-ms', '50'],
       cliEnv({
         DATABASE_URL: t.url,
         OUTBOX_SCHEMA: schema,
@@ -317,7 +317,17 @@ describe.concurrent('outbox relay', () => {
     const schema = await freshSchema('relay_forced')
     await seedEvents(t.db, ['stuck'], 1, { schema })
     const relay = startCli(
-      ['relay', '--endpoint', hooks.url, '--schema', schema, '--poll-interval-ms', '20'],
+      [
+        'relay',
+        '--log-format',
+        'text',
+        '--endpoint',
+        hooks.url,
+        '--schema',
+        schema,
+        '--poll-interval-ms',
+        '20',
+      ],
       cliEnv({ DATABASE_URL: t.url }),
       { onTestFinished },
     )
@@ -339,7 +349,18 @@ describe.concurrent('outbox relay', () => {
     await seedEvents(t.db, ['u1', 'u2'], 2, { schema })
     const run = (flags: readonly string[]) =>
       startCli(
-        ['relay', '--endpoint', hooks.url, '--schema', schema, '--poll-interval-ms', '20', ...flags],
+        [
+          'relay',
+          '--log-format',
+          'text',
+          '--endpoint',
+          hooks.url,
+          '--schema',
+          schema,
+          '--poll-interval-ms',
+          '20',
+          ...flags,
+        ],
         cliEnv({ DATABASE_URL: t.url }),
         { onTestFinished },
       )
@@ -374,7 +395,18 @@ describe.concurrent('outbox relay', () => {
     const hooks = await sink(onTestFinished)
     const schema = await freshSchema('relay_listen')
     const relay = startCli(
-      ['relay', '--endpoint', hooks.url, '--schema', schema, '--listen', '--poll-interval-ms', '60000'],
+      [
+        'relay',
+        '--log-format',
+        'text',
+        '--endpoint',
+        hooks.url,
+        '--schema',
+        schema,
+        '--listen',
+        '--poll-interval-ms',
+        '60000',
+      ],
       cliEnv({ DATABASE_URL: t.url }),
       { onTestFinished },
     )
@@ -411,7 +443,17 @@ describe.concurrent('outbox relay', () => {
     const hooks = await sink(onTestFinished)
     await freshSchema('cli_outage')
     const relay = startCli(
-      ['relay', '--endpoint', hooks.url, '--schema', 'cli_outage', '--poll-interval-ms', '20'],
+      [
+        'relay',
+        '--log-format',
+        'text',
+        '--endpoint',
+        hooks.url,
+        '--schema',
+        'cli_outage',
+        '--poll-interval-ms',
+        '20',
+      ],
       cliEnv({ DATABASE_URL: t.url }),
       { onTestFinished },
     )

@@ -166,9 +166,13 @@ describe.concurrent('outbox subscriptions', () => {
           ),
         )
       // Loopback is refused by default: a stored subscription's URL is customer input.
-      const relay = startCli(['relay', '--allow-private-networks', '--poll-interval-ms', '50'], env, {
-        onTestFinished,
-      })
+      const relay = startCli(
+        ['relay', '--log-format', 'text', '--allow-private-networks', '--poll-interval-ms', '50'],
+        env,
+        {
+          onTestFinished,
+        },
+      )
       await relay.waitFor(() => sink.requests.length === 1, 'the delivery')
       const request = sink.requests[0]!
       expect(() =>

@@ -61,6 +61,12 @@ Options:
                                 environment: flags show in ps. Without one, requests go out unsigned (warned).
                                 Make one: echo "whsec_$(openssl rand -base64 32)"
                                                                                  [env: OUTBOX_SECRET]
+  --secret-file <path>          read the signing secrets from a file, one per line (a mounted Secret)
+                                                                            [env: OUTBOX_SECRET_FILE]
+  --database-url-file <path>    read the database URL from a file; a --database-url holding a password is
+                                refused (ps shows it): use this or DATABASE_URL   [env: DATABASE_URL_FILE]
+  --config <file>               a JSON object of these options in camel case, e.g. {"leaseMs": 30000};
+                                unknown keys are refused                             [env: OUTBOX_CONFIG]
   --concurrency <n>             lanes delivered in parallel (default 16)
   --batch-size <n>              most events taken from one lane per claim (default 200)
   --lease-ms <ms>               how long a claim owns its lane (default 60000)
@@ -73,11 +79,20 @@ Options:
   --listen                      wake up on NOTIFY (one dedicated connection; not through PgBouncer in
                                 transaction mode); polling stays the safety net
   --stop-timeout-ms <ms>        how long shutdown waits for in-flight requests (default ${DEFAULT_STOP_TIMEOUT_MS})
-  --log-format <text|json>      key=value lines, or one JSON object per line (default text)
+  --log-format <text|json>      key=value lines, or one JSON object per line (default: text on a
+                                terminal, json otherwise)
   --log-level <level>           debug, info, warn or error; warn hides the line per successful delivery
                                 (default info)
   --verbose                     also log the relay's own diagnostics (at the chosen --log-level)
+  --metrics-port <port>         serve /metrics (Prometheus), /healthz (liveness: the process answers; never
+                                the database) and /readyz (the database answers and the claim loop moves)
+                                on this port; 0 picks a free one (default: off)   [env: OUTBOX_METRICS_PORT]
+  --metrics-host <address>      interface of the metrics port (default 0.0.0.0, where a pod's probes and
+                                scrapes arrive; 127.0.0.1 keeps it local)         [env: OUTBOX_METRICS_HOST]
 ${databaseOptions(28)}
+
+Every option is also read from the environment as OUTBOX_<OPTION> (--lease-ms: OUTBOX_LEASE_MS; true/false
+for switches) and from --config; the command line wins over the environment, which wins over the file.
 
 Examples:
   OUTBOX_SECRET=whsec_… outbox relay --endpoint https://billing.internal/hooks --listen --log-format json

@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import type { ClientConfig } from 'pg'
 import type { OutboxError } from '../errors.js'
 import { CliError, UsageError } from './cli-error.js'
 import { explainDatabaseError } from './describe-error.js'
@@ -80,10 +81,53 @@ export interface OpenDatabaseOptions {
   readonly max?: number
   /** Called when an idle pooled connection dies (server restart, network cut); the pool replaces it. */
   readonly onIdleError?: (error: Error) => void
+  /**
+   * Server-side `statement_timeout` of every connection, with a client-side `query_timeout` a little above it that
+   * also ends a query whose answer never comes (a silent network). Off for commands whose statements may rightly
+   * run long (`migrate` building an index). @defaultValue off
+   */
+  readonly statementTimeoutMs?: number
 }
 
 /** How long to wait for a connection before calling the database unreachable. */
-const CONNECT_TIMEOUT_MS = 10_000
+export const CONNECT_TIMEOUT_MS = 10_000
+
+/**
+ * Idle time before the OS sends the first TCP keepalive probe on a database connection. Linux's default (two
+ * hours) would let a connection whose peer vanished without a reset (a NAT or firewall dropping state, a host
+ * gone) look alive for hours; the probe interval and count stay the OS's (`net.ipv4.tcp_keepalive_intvl`,
+ * `tcp_keepalive_probes`).
+ */
+export const KEEPALIVE_INITIAL_DELAY_MS = 10_000
+
+/** How much longer the client waits for a query than the server's `statement_timeout` lets it run. */
+const QUERY_TIMEOUT_MARGIN_MS = 5000
+
+/**
+ * The pg connection settings of every connection the CLI opens (its pool, the relay's LISTEN connection, the
+ * readiness probe's): deadlines on connecting and, when asked, on statements, and TCP keepalives, so a connection
+ * that went silent fails instead of hanging the command.
+ */
+export function connectionConfig(
+  target: DatabaseTarget,
+  options: Pick<OpenDatabaseOptions, 'applicationName' | 'statementTimeoutMs'>,
+): ClientConfig {
+  const { statementTimeoutMs } = options
+  return {
+    connectionString: target.url,
+    application_name: options.applicationName,
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: KEEPALIVE_INITIAL_DELAY_MS,
+    ...(statementTimeoutMs === undefined
+      ? {}
+      : {
+          statement_timeout: statementTimeoutMs,
+          idle_in_transaction_session_timeout: statementTimeoutMs,
+          query_timeout: statementTimeoutMs + QUERY_TIMEOUT_MARGIN_MS,
+        }),
+  }
+}
 
 /**
  * Checks the schema name, opens a Kysely instance on its own pg pool, runs `use`, and always destroys the pool —
@@ -110,13 +154,7 @@ export async function withDatabase<T>(
     const message = (error as Partial<OutboxError>).describe?.(() => source, JSON.stringify(target.schema))
     throw new UsageError(message ?? String(error), { cause: error })
   }
-  const pool = new pg.Pool({
-    connectionString: target.url,
-    application_name: options.applicationName,
-    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-    keepAlive: true,
-    max: options.max ?? 10,
-  })
+  const pool = new pg.Pool({ ...connectionConfig(target, options), max: options.max ?? 10 })
   // Without listeners, a connection dropped by the server is an unhandled 'error' event that kills the process
   // with a stack trace: on the pool for an idle client, on the client itself for one that is checked out (pg-pool
   // removes its own listener while it lends a client, e.g. to a claim's transaction). A checked-out client's query

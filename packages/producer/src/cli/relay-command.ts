@@ -8,7 +8,7 @@ import type { CliIo } from './command.js'
 import { explainDatabaseError } from './describe-error.js'
 import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer, type Producer } from './load-producer.js'
-import { resolveDatabase, withDatabase } from './open-database.js'
+import { connectionConfig, type DatabaseTarget, resolveDatabase, withDatabase } from './open-database.js'
 import { flagMessage } from './option-flags.js'
 import {
   choiceFlag,
@@ -18,7 +18,11 @@ import {
   numberFlag,
   parseFlags,
 } from './parse-flags.js'
+import { RelayHttpServer } from './relay-http.js'
 import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
+import { createReadiness, registerReadyGauge } from './relay-readiness.js'
+import { resolveSettings } from './relay-settings.js'
+import { readSecretFile } from './secret-file.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
@@ -38,7 +42,64 @@ const FLAGS = {
   'log-format': { type: 'string' },
   'log-level': { type: 'string' },
   verbose: { type: 'boolean' },
+  'metrics-port': { type: 'string' },
+  'metrics-host': { type: 'string' },
+  config: { type: 'string' },
+  'secret-file': { type: 'string' },
+  'database-url-file': { type: 'string' },
 } as const
+
+/**
+ * Where the operations port listens by default: every IPv4 interface, as Prometheus exporters do, because a
+ * pod's probes (the kubelet) and scrapes (Prometheus) come to the pod's IP, never to its loopback. It serves
+ * counts and names of subscriptions, never a secret; `--metrics-host 127.0.0.1` keeps it local on a shared host.
+ */
+export const DEFAULT_METRICS_HOST = '0.0.0.0'
+
+/** How long `/readyz` waits for the database's answer to `SELECT 1`: well inside a probe's usual 5 s. */
+const READY_PING_TIMEOUT_MS = 2000
+
+/** The readiness probe's own connection: one, apart from the relay's pool, so a busy pool never fails a probe. */
+async function readinessPing(
+  target: DatabaseTarget,
+): Promise<{ ping: () => Promise<void>; close: () => Promise<void> }> {
+  const { default: pg } = await import('pg')
+  const pool = new pg.Pool({
+    ...connectionConfig(target, {
+      applicationName: 'outbox relay (readiness)',
+      statementTimeoutMs: READY_PING_TIMEOUT_MS,
+    }),
+    connectionTimeoutMillis: READY_PING_TIMEOUT_MS,
+    max: 1,
+  })
+  pool.on('error', () => {})
+  pool.on('connect', (client) => client.on('error', () => {}))
+  return {
+    ping: async () => {
+      await pool.query('SELECT 1')
+    },
+    close: () => pool.end().catch(() => {}),
+  }
+}
+
+/**
+ * The LISTEN connection as a function rather than `{ connectionString }`: the relay then holds no connection string
+ * (with its password) in `relay.options`, and the connection gets the CLI's deadlines and keepalives.
+ */
+function listenConnection(target: DatabaseTarget): ListenOption {
+  return async () => {
+    const { default: pg } = await import('pg')
+    const client = new pg.Client(connectionConfig(target, { applicationName: 'outbox relay (listen)' }))
+    client.on('error', () => {})
+    try {
+      await client.connect()
+    } catch (error) {
+      await client.end().catch(() => {})
+      throw error
+    }
+    return client
+  }
+}
 
 /**
  * Secrets from `--secret` (repeatable) or `OUTBOX_SECRET` (`OUTBOX_SIGNING_SECRET`, its deprecated old name, is
@@ -65,6 +126,57 @@ function retrySchedule(value: string | undefined): number[] | undefined {
     .map((part) => part.trim())
     .filter(Boolean)
     .map((part) => durationFlag(part, 'retry-schedule')!)
+}
+
+/**
+ * Reads `--secret-file`/`OUTBOX_SECRET_FILE` and `--database-url-file`/`DATABASE_URL_FILE` into the variables the
+ * rest of the command reads, and refuses a password on the command line: `ps` shows every process's arguments to
+ * every user of the machine, for as long as the relay runs.
+ */
+function withSecretFiles(
+  typed: { readonly 'database-url'?: string | undefined; readonly secret?: readonly string[] | undefined },
+  values: { readonly 'secret-file'?: string | undefined; readonly 'database-url-file'?: string | undefined },
+  env: NodeJS.ProcessEnv,
+): NodeJS.ProcessEnv {
+  const typedUrl = typed['database-url']?.trim()
+  if (typedUrl) {
+    let password = ''
+    try {
+      password = new URL(typedUrl).password
+    } catch {
+      // resolveDatabase reports a malformed URL, without echoing it.
+    }
+    if (password !== '') {
+      throw new UsageError(
+        '--database-url holds a password, which ps shows to every user of this machine: put it in DATABASE_URL or --database-url-file (a file holding the URL)',
+      )
+    }
+  }
+  const next = { ...env }
+  const urlFile = values['database-url-file']?.trim()
+  if (urlFile) {
+    if (typedUrl || env.DATABASE_URL?.trim()) {
+      throw new UsageError(
+        'give the database URL once: --database-url-file (or DATABASE_URL_FILE), or DATABASE_URL / --database-url',
+      )
+    }
+    next.DATABASE_URL = readSecretFile(urlFile, '--database-url-file')
+  }
+  const secretFile = values['secret-file']?.trim()
+  if (secretFile) {
+    if ((typed.secret?.length ?? 0) > 0 || env.OUTBOX_SECRET?.trim() || env.OUTBOX_SIGNING_SECRET?.trim()) {
+      throw new UsageError(
+        'give the signing secrets once: --secret-file (or OUTBOX_SECRET_FILE), or OUTBOX_SECRET',
+      )
+    }
+    // One secret per line (or comma-separated): a rotation adds a line.
+    next.OUTBOX_SECRET = readSecretFile(secretFile, '--secret-file')
+      .split(/[\r\n,]+/)
+      .map((line) => line.trim())
+      .filter(Boolean)
+      .join(',')
+  }
+  return next
 }
 
 /**
@@ -122,11 +234,15 @@ async function warnWhenNothingServed(
  * in-flight requests, writes its marks and releases its claims) and exits 0.
  */
 export async function relayCommand(argv: readonly string[], io: CliIo): Promise<number> {
-  const { values } = parseFlags('relay', argv, FLAGS)
+  const parsed = parseFlags('relay', argv, FLAGS)
+  // Every flag also from OUTBOX_<FLAG> and from --config <file>: the command line wins, then the environment.
+  const settings = resolveSettings(FLAGS, parsed.values, io.env)
+  const values = settings.values as typeof parsed.values
+  const env = withSecretFiles(parsed.values, values, settings.env)
   // Without an endpoint the relay serves the stored subscriptions (outbox subscriptions add).
-  const endpoint = values.endpoint?.trim() || io.env.OUTBOX_ENDPOINT?.trim() || undefined
+  const endpoint = values.endpoint?.trim() || env.OUTBOX_ENDPOINT?.trim() || undefined
   const subscriptions = values.subscription?.flatMap((value) => value.split(',')).map((id) => id.trim())
-  const secrets = signingSecrets(values.secret, io.env)
+  const secrets = signingSecrets(values.secret, env)
   // Syntax only: the relay checks the bounds, and its errors are reported under these flags.
   const concurrency = numberFlag(values.concurrency)
   const batchSize = numberFlag(values['batch-size'])
@@ -136,17 +252,32 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
   const onExhausted = values['on-exhausted'] as OnExhausted | undefined
   const stopTimeoutMs =
     integerFlag(values['stop-timeout-ms'], 'stop-timeout-ms', 0) ?? DEFAULT_STOP_TIMEOUT_MS
-  const format = choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? 'text'
+  // Text for a person at a terminal; JSON lines for everything else (a container's or journald's log pipeline).
+  const format =
+    choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? (io.stdout.isTTY ? 'text' : 'json')
   const level = choiceFlag(values['log-level'], 'log-level', LOG_LEVELS) ?? 'info'
-  const target = resolveDatabase(values, io.env)
+  const target = resolveDatabase(values, env)
   const producer = await loadProducer()
   const schedule = retrySchedule(values['retry-schedule'])
+  const metricsPort = integerFlag(values['metrics-port'], 'metrics-port', 0, 65_535)
+  const metricsHost = values['metrics-host']?.trim() || DEFAULT_METRICS_HOST
+  const register =
+    metricsPort === undefined
+      ? undefined
+      : await import('prom-client').then(({ Registry, collectDefaultMetrics }) => {
+          const created = new Registry()
+          collectDefaultMetrics({ register: created })
+          return created
+        })
 
   const log = createCliLogger(format, level, io.stdout)
   return await withDatabase(
     target,
     {
       applicationName: 'outbox relay',
+      // A statement that runs longer than a lease is useless (the claim it serves has expired meanwhile), and one
+      // whose answer never comes (a silent network) must fail rather than hang the claim loop.
+      statementTimeoutMs: leaseMs !== undefined && leaseMs > 0 ? leaseMs : producer.DEFAULT_LEASE_MS,
       onIdleError: (error) =>
         log.warn(
           { error: explainDatabaseError(error, target) ?? error },
@@ -154,7 +285,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         ),
     },
     async (db) => {
-      const listen: ListenOption = values.listen ? { connectionString: target.url } : false
+      const listen: ListenOption = values.listen ? listenConnection(target) : false
       const options: RelayOptions = {
         db,
         endpoint,
@@ -170,6 +301,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         onExhausted,
         schema: target.schema,
         listen,
+        metrics: register === undefined ? undefined : { register },
         // The events below already give one line per occurrence; the relay's own diagnostics would repeat
         // them, so they are only shown with --verbose.
         logger: values.verbose ? log : silentLogger,
@@ -190,7 +322,35 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
       relay.on('relay:stopped', (result) => {
         stopped = result
       })
+      let server: RelayHttpServer | undefined
+      let closePing: (() => Promise<void>) | undefined
       try {
+        if (register !== undefined) {
+          const { ping, close } = await readinessPing(target)
+          closePing = close
+          const readiness = createReadiness({
+            lastPassAt: () => relay.lastPassAt,
+            stopping: () => interrupt.received !== undefined,
+            ping,
+            // A pass completes at least once a poll interval; one that has not for a whole lease is stuck (its
+            // lanes' leases run out meanwhile and other relays take them).
+            stallMs: Math.max(relay.options.leaseMs, 5 * relay.options.pollIntervalMs),
+            timeoutMs: READY_PING_TIMEOUT_MS,
+            explain: (error) =>
+              explainDatabaseError(error, target) ?? (error instanceof Error ? error.message : String(error)),
+          })
+          registerReadyGauge(register, readiness)
+          server = await RelayHttpServer.listen({
+            host: metricsHost,
+            port: metricsPort!,
+            register,
+            readiness,
+          })
+          log.info(
+            { host: metricsHost, port: server.port, paths: '/metrics,/healthz,/readyz' },
+            'serving metrics and probes',
+          )
+        }
         await relay.start()
         const resolved = relay.options
         log.info(
@@ -223,6 +383,12 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         if (endpoint !== undefined && secrets.length === 0 && !values.verbose) {
           log.warn({ signed: false }, UNSIGNED_WARNING)
         }
+        if ((parsed.values.secret?.length ?? 0) > 0) {
+          log.warn(
+            {},
+            '--secret shows in ps to every user of this machine: prefer OUTBOX_SECRET or --secret-file (a file holding the secrets)',
+          )
+        }
         if (endpoint === undefined)
           await warnWhenNothingServed(producer, db, target.schema, subscriptions, log)
         const signal = await interrupt.wait
@@ -232,6 +398,9 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         )
       } finally {
         await relay.stop({ timeoutMs: stopTimeoutMs })
+        // Probes and the last scrape are answered until the drain is over (readiness says "stopping" meanwhile).
+        await server?.close()
+        await closePing?.()
         interrupt.dispose()
       }
       log.info({ ...stopped }, 'relay stopped')

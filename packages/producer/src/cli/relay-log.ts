@@ -1,6 +1,7 @@
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { Logger, Relay } from '../index.js'
 import { explainDatabaseError } from './describe-error.js'
+import { maskCredentials } from './mask-credentials.js'
 import type { DatabaseTarget } from './open-database.js'
 
 /** How relay log lines are written: `key=value` text for people, one JSON object per line for log pipelines. */
@@ -11,9 +12,11 @@ export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 /** The severities in order; a line is written when its level is at or above the chosen one. */
 export const LOG_LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error']
 
+/** A field as written: errors as their message, and any URL's credentials masked (see {@link maskCredentials}). */
 function plain(value: unknown): unknown {
-  if (value instanceof Error) return value.message
+  if (value instanceof Error) return maskCredentials(value.message)
   if (value instanceof Date) return value.toISOString()
+  if (typeof value === 'string') return maskCredentials(value)
   return value
 }
 
@@ -32,8 +35,9 @@ function textValue(value: unknown): string {
  */
 export function createCliLogger(format: LogFormat, minimum: LogLevel, stream: NodeJS.WritableStream): Logger {
   const threshold = LOG_LEVELS.indexOf(minimum)
-  const write = (level: LogLevel, fields: Record<string, unknown>, message: string) => {
+  const write = (level: LogLevel, fields: Record<string, unknown>, text: string) => {
     if (LOG_LEVELS.indexOf(level) < threshold) return
+    const message = maskCredentials(text)
     const time = new Date().toISOString()
     if (format === 'json') {
       const entries = Object.entries(fields)

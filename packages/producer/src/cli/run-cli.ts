@@ -3,6 +3,7 @@ import { UsageError } from './cli-error.js'
 import { type CliIo, type CommandRun, writeLine } from './command.js'
 import { describeError } from './describe-error.js'
 import { HELP, type HelpTopic, programHelp, SUMMARIES, wantsHelp } from './help-text.js'
+import { maskCredentials } from './mask-credentials.js'
 
 /**
  * Each command's module, loaded only when that command runs: help, `--version` and a mistyped command answer
@@ -64,8 +65,10 @@ export async function runCli(argv: readonly string[], io: CliIo, version: string
     return await (await load())(rest, io)
   } catch (error) {
     const report = describeError(error)
-    writeLine(io.stderr, `outbox: ${report.message}`)
-    if (io.env.OUTBOX_DEBUG && error instanceof Error && error.stack) writeLine(io.stderr, error.stack)
+    // Whatever layer wrote the message, a URL in it shows no password.
+    writeLine(io.stderr, `outbox: ${maskCredentials(report.message)}`)
+    if (io.env.OUTBOX_DEBUG && error instanceof Error && error.stack)
+      writeLine(io.stderr, maskCredentials(error.stack))
     return report.exitCode
   }
 }
