@@ -108,7 +108,7 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
       else {
         writeLine(
           io.stdout,
-          `${counts}; NOT caught up: stopped after --max-batches ${maxBatches ?? DEFAULT_OUTBOX_PRUNE_MAX_BATCHES}, or a disabled subscription's lane was busy; run it again, more often, or raise --max-batches`,
+          `${counts}; NOT caught up: stopped after --max-batches ${maxBatches ?? DEFAULT_OUTBOX_PRUNE_MAX_BATCHES}; run it again, more often, or raise --max-batches`,
         )
       }
     }
