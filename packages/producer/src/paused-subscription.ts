@@ -78,7 +78,9 @@ export function pausedSubscriptionWarning(
   if (pending === 0) return `${who} holds nothing now${lost}: enable or delete it`
   const held = `${who} holds ${pending} pending event${pending === 1 ? '' : 's'}; they pin pruning: enable or delete it`
   if (retentionMs === false) return `${held} (prune keeps them: the disabled retention is off)${lost}`
-  const from = Math.max(subscription.oldestPendingAt?.getTime() ?? 0, subscription.disabledAt?.getTime() ?? 0)
+  // Every way to disable a subscription stamps disabled_at; a row without one (edited by hand) is never dropped.
+  if (subscription.disabledAt === null) return `${held}${lost}`
+  const from = Math.max(subscription.oldestPendingAt?.getTime() ?? 0, subscription.disabledAt.getTime())
   const dropAt = new Date(from + retentionMs).toISOString()
   return `${held}; prune drops those held longer than ${describeRetention(retentionMs)} (the disabled retention), the first from ${dropAt}${lost}`
 }

@@ -40,6 +40,7 @@ const PRODUCER_MIGRATIONS = [
   '0009_endpoint_health',
   '0010_delivery_log',
   '0011_audit',
+  '0013_disabled_retention',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */
@@ -278,7 +279,7 @@ describe('migrate', () => {
       .execute()
     expect(rows.map((row) => row.event_id).sort()).toEqual(results.map((result) => result.eventId).sort())
     expect(await stats(t.db, options)).toMatchObject({ pending: 3, dead: 0, blocked: 0 })
-    expect(await prune(t.db, { ...options, retention: 0 })).toEqual({ removed: 0, caughtUp: true })
+    expect(await prune(t.db, { ...options, retention: 0 })).toEqual({ removed: 0, dropped: 0, caughtUp: true })
 
     // Nothing leaked into public: no rows, same tables, same migrations.
     expect(await stats(t.db)).toMatchObject({ pending: 0 })
