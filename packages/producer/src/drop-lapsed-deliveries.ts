@@ -81,7 +81,10 @@ export async function dropLapsedDeliveries(request: DropLapsedRequest): Promise<
           (
             await lockLanesForDrop(ctx, {
               subscriptionId: subscription.id,
-              lanes: lanes.map((lane) => ({ aggregateType: lane.aggregate_type, aggregateId: lane.aggregate_id })),
+              lanes: lanes.map((lane) => ({
+                aggregateType: lane.aggregate_type,
+                aggregateId: lane.aggregate_id,
+              })),
             })
           ).map(laneKey),
         )
@@ -89,7 +92,11 @@ export async function dropLapsedDeliveries(request: DropLapsedRequest): Promise<
           subscriptionId: subscription.id,
           lanes: lanes
             .filter((lane) => locked.has(laneKey(lane)))
-            .map((lane) => ({ aggregateType: lane.aggregate_type, aggregateId: lane.aggregate_id, upto: lane.upto })),
+            .map((lane) => ({
+              aggregateType: lane.aggregate_type,
+              aggregateId: lane.aggregate_id,
+              upto: lane.upto,
+            })),
           limit: batchSize,
         })
         const total = cut.reduce((sum, lane) => sum + Number(lane.dropped), 0)
@@ -131,7 +138,9 @@ export async function dropLapsedDeliveries(request: DropLapsedRequest): Promise<
           disabledRetentionMs: retentionMs,
         },
         `dropped ${droppedHere} pending deliver${droppedHere === 1 ? 'y' : 'ies'} of disabled subscription ${name}, held longer than the disabled retention` +
-          (skippedHere > 0 ? `; ${skippedHere} busy lane${skippedHere === 1 ? '' : 's'} left for a later run` : ''),
+          (skippedHere > 0
+            ? `; ${skippedHere} busy lane${skippedHere === 1 ? '' : 's'} left for a later run`
+            : ''),
       )
     }
     if (!caughtUp && (signal?.aborted || batches >= maxBatches)) break

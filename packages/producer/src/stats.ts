@@ -100,10 +100,7 @@ function figures(row: SubscriptionStatsRow): StatsFigures {
  * for (const warning of warnings) console.warn(warning)
  * ```
  */
-export async function stats(
-  db: Kysely<any>,
-  options: StatsOptions = {},
-): Promise<OutboxStats> {
+export async function stats(db: Kysely<any>, options: StatsOptions = {}): Promise<OutboxStats> {
   const disabledMs = disabledRetentionOption(options.disabledRetention)
   const rows = await readStats(
     { db, schema: resolveSchema(options.schema) },

@@ -23,7 +23,9 @@ const stored = useStoredSubscriptions(t, {}, () =>
 )
 
 /** A logger that keeps the warnings prune writes. */
-function captureLogger(): Logger & { readonly warnings: { fields: Record<string, unknown>; message: string }[] } {
+function captureLogger(): Logger & {
+  readonly warnings: { fields: Record<string, unknown>; message: string }[]
+} {
   const warnings: { fields: Record<string, unknown>; message: string }[] = []
   const noop = () => {}
   return {
@@ -59,7 +61,12 @@ async function disabledDaysAgo(id: string, days: number): Promise<void> {
 }
 
 /** Moves the enqueue time of some of a subscription's rows `days` into the past (all of a lane's when no sequences). */
-async function enqueuedDaysAgo(id: string, aggregateId: string, days: number, sequences?: number[]): Promise<void> {
+async function enqueuedDaysAgo(
+  id: string,
+  aggregateId: string,
+  days: number,
+  sequences?: number[],
+): Promise<void> {
   await sql`UPDATE outbox SET created_at = now() - ${days} * interval '1 day'
     WHERE subscription_id = ${id}::uuid AND aggregate_id = ${aggregateId}
       AND (${sequences === undefined} OR sequence = ANY (${sequences ?? []}::bigint[]))`.execute(t.db)
@@ -125,9 +132,9 @@ describe('prune({ disabledRetention })', () => {
 
     // Counted on the subscription, in stats, and logged once for it.
     const subscription = await getSubscription(t.db, gone)
-    expect(subscription.dropped).toBe(5)
-    expect(subscription.lastDroppedAt).toBeInstanceOf(Date)
-    expect((await getSubscription(t.db, enabled)).dropped).toBe(0)
+    expect(subscription?.dropped).toBe(5)
+    expect(subscription?.lastDroppedAt).toBeInstanceOf(Date)
+    expect((await getSubscription(t.db, enabled))?.dropped).toBe(0)
     const snapshot = await stats(t.db)
     expect(snapshot.subscriptions.find((sub) => sub.id === gone)).toMatchObject({ pending: 0, dropped: 5 })
     expect(logger.warnings).toEqual([
@@ -138,7 +145,9 @@ describe('prune({ disabledRetention })', () => {
     ])
     // The lost deliveries stay said while the subscription stays disabled; the one that holds events says when
     // the first of them goes (its rows are a day old, it was disabled 8 days ago: in 6 days).
-    expect(snapshot.warnings).toContainEqual(expect.stringMatching(/disabled subscription gone .*lost 5 pending/))
+    expect(snapshot.warnings).toContainEqual(
+      expect.stringMatching(/disabled subscription gone .*lost 5 pending/),
+    )
     const held = snapshot.warnings.find((warning) => warning.includes('young-rows'))
     const from = /the first from (\S+)/.exec(held ?? '')?.[1]
     expect(held).toMatch(/holds 5 pending events; .*longer than 7d/)
@@ -150,8 +159,12 @@ describe('prune({ disabledRetention })', () => {
     )
 
     // A second run finds nothing more; the counter does not move.
-    expect(await prune(t.db, { retention: '30d', logger })).toEqual({ removed: 0, dropped: 0, caughtUp: true })
-    expect((await getSubscription(t.db, gone)).dropped).toBe(5)
+    expect(await prune(t.db, { retention: '30d', logger })).toEqual({
+      removed: 0,
+      dropped: 0,
+      caughtUp: true,
+    })
+    expect((await getSubscription(t.db, gone))?.dropped).toBe(5)
   })
 
   it('drops a prefix of each lane (created_at need not grow with the sequence), and enabling delivers the tail in order', async () => {
@@ -213,7 +226,7 @@ describe('prune({ disabledRetention })', () => {
     expect(sequences('q')).toEqual([2, 3])
   })
 
-  it("leaves a lane blocked by a dead letter blocked by it: the pending rows behind go, the blocker stays", async () => {
+  it('leaves a lane blocked by a dead letter blocked by it: the pending rows behind go, the blocker stays', async () => {
     const id = await subscribe('blocked')
     await publish('b', 4)
     await disableSubscription(t.db, id)
@@ -235,7 +248,9 @@ describe('prune({ disabledRetention })', () => {
     await expectLanesLive(t.db)
     // An event enqueued now still waits behind the block.
     await publish('b', 1)
-    const { rows } = await sql<{ at_infinity: boolean }>`SELECT available_at = 'infinity' AS at_infinity FROM outbox
+    const { rows } = await sql<{
+      at_infinity: boolean
+    }>`SELECT available_at = 'infinity' AS at_infinity FROM outbox
       WHERE subscription_id = ${id}::uuid AND aggregate_id = 'b' AND sequence = 5`.execute(t.db)
     expect(rows).toEqual([{ at_infinity: true }])
     await expectLanesLive(t.db)
@@ -262,10 +277,14 @@ describe('prune({ disabledRetention })', () => {
 
     await sql`UPDATE outbox_lane SET leased_until = now() - interval '1 second'
       WHERE subscription_id = ${id}::uuid AND aggregate_id = 'l'`.execute(t.db)
-    expect(await prune(t.db, { retention: '30d', logger })).toEqual({ removed: 0, dropped: 2, caughtUp: true })
+    expect(await prune(t.db, { retention: '30d', logger })).toEqual({
+      removed: 0,
+      dropped: 2,
+      caughtUp: true,
+    })
     expect(await rowsOf(id, 'l')).toEqual([])
     expect(await laneOf(id, 'l')).toMatchObject({ claim_token: null, leased_until: null })
-    expect((await getSubscription(t.db, id)).dropped).toBe(4)
+    expect((await getSubscription(t.db, id))?.dropped).toBe(4)
     await expectLanesLive(t.db)
   })
 
@@ -282,7 +301,12 @@ describe('prune({ disabledRetention })', () => {
     const writer = t.connect({ max: 1 })
     const held = await writer.startTransaction().execute()
     try {
-      await enqueue(held, { aggregateType: 'order', aggregateId: 'h', eventType: 'order.updated', payload: {} })
+      await enqueue(held, {
+        aggregateType: 'order',
+        aggregateId: 'h',
+        eventType: 'order.updated',
+        payload: {},
+      })
       const first = await prune(t.db, { retention: '30d', logger: captureLogger() })
       expect(first).toEqual({ removed: 0, dropped: 1, caughtUp: false })
       expect(await rowsOf(id, 'k')).toEqual([])
@@ -340,7 +364,7 @@ describe('prune({ disabledRetention })', () => {
     await enabling.commit().execute()
     expect(await pruning).toEqual({ removed: 0, dropped: 0, caughtUp: true })
     expect(await rowsOf(id, 'e')).toHaveLength(3)
-    expect((await getSubscription(t.db, id)).dropped).toBe(0)
+    expect((await getSubscription(t.db, id))?.dropped).toBe(0)
     await expectLanesLive(t.db)
   })
 
@@ -357,7 +381,13 @@ describe('prune({ disabledRetention })', () => {
     const onBatch = (batch: { status: string; removed: number }) => {
       if (batch.status === 'disabled') batches.push(batch.removed)
     }
-    const first = await prune(t.db, { retention: '30d', batchSize: 2, maxBatches: 2, onBatch, logger: captureLogger() })
+    const first = await prune(t.db, {
+      retention: '30d',
+      batchSize: 2,
+      maxBatches: 2,
+      onBatch,
+      logger: captureLogger(),
+    })
     expect(first).toEqual({ removed: 0, dropped: 4, caughtUp: false })
     expect(await rowsOf(id, 'x')).toEqual([[5, 'pending']])
     await expectLanesLive(t.db)
@@ -366,7 +396,7 @@ describe('prune({ disabledRetention })', () => {
     expect(batches).toEqual([2, 2, 2, 2])
     expect(await rowsOf(id, 'x')).toEqual([])
     expect(await rowsOf(id, 'y')).toEqual([])
-    expect((await getSubscription(t.db, id)).dropped).toBe(8)
+    expect((await getSubscription(t.db, id))?.dropped).toBe(8)
     await expectLanesLive(t.db)
   })
 
@@ -376,7 +406,9 @@ describe('prune({ disabledRetention })', () => {
       expect(error).toBeInstanceOf(OutboxError)
       expect(error).toMatchObject({ code: 'ERR_OUTBOX_INVALID_OPTION', option: 'disabledRetention' })
     }
-    await expect(stats(t.db, { disabledRetention: 'soon' })).rejects.toMatchObject({ option: 'disabledRetention' })
+    await expect(stats(t.db, { disabledRetention: 'soon' })).rejects.toMatchObject({
+      option: 'disabledRetention',
+    })
   })
 })
 
@@ -403,8 +435,12 @@ describe('outbox prune --disabled-retention', () => {
     expect(dropped.stdout).toBe(
       'deleted 0 rows (0 sent, 0 dead letters); dropped 2 pending deliveries of disabled subscriptions past the disabled retention; caught up\n',
     )
-    expect(dropped.stderr).toMatch(/prune: held deliveries of disabled subscriptions: batch 1, 2 dropped, 2 so far/)
-    expect(dropped.stderr).toMatch(/WARN +dropped 2 pending deliveries of disabled subscription cli.* subscription=cli/)
+    expect(dropped.stderr).toMatch(
+      /prune: held deliveries of disabled subscriptions: batch 1, 2 dropped, 2 so far/,
+    )
+    expect(dropped.stderr).toMatch(
+      /WARN +dropped 2 pending deliveries of disabled subscription cli.* subscription=cli/,
+    )
     expect(await rowsOf(id, 'c')).toEqual([])
 
     const bad = await runCli(['prune', '--retention', '30d', '--disabled-retention', 'soon'], env)

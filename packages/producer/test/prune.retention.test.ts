@@ -118,7 +118,11 @@ describe('prune', () => {
     await seed('d40', 2, 'sent', 40)
     await seed('d31', 2, 'sent', 31)
     await seed('d20', 2, 'sent', 20)
-    expect(await prune(t.db, { retention: 35 * 86_400_000 })).toEqual({ removed: 2, dropped: 0, caughtUp: true })
+    expect(await prune(t.db, { retention: 35 * 86_400_000 })).toEqual({
+      removed: 2,
+      dropped: 0,
+      caughtUp: true,
+    })
     expect(await remaining()).toEqual({ d31: 2, d20: 2 })
     expect(await prune(t.db, { retention: '3w' })).toEqual({ removed: 2, dropped: 0, caughtUp: true })
     expect(await remaining()).toEqual({ d20: 2 })

@@ -346,7 +346,11 @@ describe('prune of the delivery log', () => {
     ])
     const count = async () => (await listDeliveryAttempts(t.db, { schema, limit: 100 })).length
 
-    expect(await prune(t.db, { schema, retention: '30d' })).toEqual({ removed: 0, dropped: 0, caughtUp: true })
+    expect(await prune(t.db, { schema, retention: '30d' })).toEqual({
+      removed: 0,
+      dropped: 0,
+      caughtUp: true,
+    })
     expect(await count()).toBe(7)
 
     const batches: { status: string; removed: number }[] = []

@@ -6,8 +6,14 @@ import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { withFlagNames } from './option-flags.js'
+import {
+  DATABASE_FLAGS,
+  disabledRetentionFlag,
+  durationFlag,
+  integerFlag,
+  parseFlags,
+} from './parse-flags.js'
 import { createCliLogger } from './relay-log.js'
-import { DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
@@ -39,11 +45,7 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
   const retention = durationFlag(values.retention, 'retention')!
   const deadLetterRetention = durationFlag(values['dead-letter-retention'], 'dead-letter-retention')
   const deliveryLogRetention = durationFlag(values['delivery-log-retention'], 'delivery-log-retention')
-  // 'off' keeps a disabled subscription's deliveries until it is enabled or deleted.
-  const disabledRetention =
-    values['disabled-retention'] === 'off'
-      ? false
-      : durationFlag(values['disabled-retention'], 'disabled-retention')
+  const disabledRetention = disabledRetentionFlag(values['disabled-retention'])
 
   const progressInPlace = io.stderr.isTTY === true
   const removedBy = { sent: 0, dead: 0, 'delivery-log': 0, disabled: 0 }
@@ -67,7 +69,8 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
           onBatch({ status, removed }) {
             removedBy[status] += removed
             batches[status] += 1
-            const what = status === 'disabled' ? 'held deliveries of disabled subscriptions' : `${status} rows`
+            const what =
+              status === 'disabled' ? 'held deliveries of disabled subscriptions' : `${status} rows`
             const text = `prune: ${what}: batch ${batches[status]}, ${removed} ${status === 'disabled' ? 'dropped' : 'deleted'}, ${removedBy[status]} so far`
             if (progressInPlace) {
               cursorTo(io.stderr, 0)
