@@ -88,6 +88,7 @@ export {
   type RelayOptions,
   type ResolvedRelayOptions,
 } from './options.js'
+export { DEFAULT_OUTBOX_DISABLED_RETENTION_MS } from './paused-subscription.js'
 export {
   DEFAULT_OUTBOX_PRUNE_BATCH_SIZE,
   DEFAULT_OUTBOX_PRUNE_MAX_BATCHES,

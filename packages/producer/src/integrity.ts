@@ -1,8 +1,9 @@
 import type { Kysely } from 'kysely'
 import { actorOption, recordAudit } from './audit.js'
+import type { Duration } from './duration.js'
 import { invalidOption } from './errors.js'
 import { DEFAULT_LEASE_MS } from './options.js'
-import { pausedSubscriptionWarning } from './paused-subscription.js'
+import { disabledRetentionOption, pausedSubscriptionWarning } from './paused-subscription.js'
 import { resolveSchema } from './schema-name.js'
 import { findOverdueHeads, findViolations } from './sql/find-violations.js'
 import { type LaneRepair, repairLane } from './sql/repair-lane.js'
@@ -77,7 +78,8 @@ export interface IntegrityReport {
   readonly findings: readonly IntegrityFinding[]
   /**
    * Things an operator should act on that break no rule, for a person: a disabled stored subscription holding
-   * pending events (no relay claims them, and they hold back pruning). Its heads are not reported as overdue.
+   * pending events (no relay claims them, they hold back pruning, and prune drops those held past the disabled
+   * retention: the warning says from when) or that lost some to the disabled retention. Its heads are not reported as overdue.
    */
   readonly warnings: readonly string[]
 }
@@ -92,6 +94,11 @@ export interface CheckIntegrityOptions {
   readonly overdueAfterMs?: number
   /** Most lanes reported per rule (and findings), so a damaged large outbox gives a bounded report. @defaultValue 100 */
   readonly limit?: number
+  /**
+   * The disabled retention your `prune` runs with, so a warning about a disabled subscription can say when its held
+   * deliveries start to be dropped (`false`: prune keeps them). @defaultValue '7d'
+   */
+  readonly disabledRetention?: Duration | false
 }
 
 /** Default of {@link CheckIntegrityOptions.overdueAfterMs}: 5 minutes. */
@@ -134,6 +141,7 @@ export async function checkIntegrity(
   const maxLeaseMs = positive(options.maxLeaseMs, DEFAULT_LEASE_MS, 'maxLeaseMs')
   const overdueMs = positive(options.overdueAfterMs, DEFAULT_OVERDUE_AFTER_MS, 'overdueAfterMs')
   const limit = positive(options.limit, 100, 'limit')
+  const disabledMs = disabledRetentionOption(options.disabledRetention)
   const [violations, overdue, paused] = await Promise.all([
     findViolations({ db, schema }, { maxLeaseMs, limit }),
     findOverdueHeads({ db, schema }, { overdueMs, limit }),
@@ -164,7 +172,19 @@ export async function checkIntegrity(
       }
     }),
     warnings: paused.flatMap((row) => {
-      const warning = pausedSubscriptionWarning({ ...row, state: 'disabled', pending: Number(row.pending) })
+      const warning = pausedSubscriptionWarning(
+        {
+          id: row.id,
+          name: row.name,
+          state: 'disabled',
+          pending: Number(row.pending),
+          disabledAt: row.disabled_at,
+          oldestPendingAt: row.oldest_pending_at,
+          dropped: Number(row.dropped_deliveries),
+          lastDroppedAt: row.last_dropped_at,
+        },
+        disabledMs,
+      )
       return warning === undefined ? [] : [warning]
     }),
   }

@@ -1,20 +1,86 @@
 import { IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
+import { type Duration, parseDuration } from './duration.js'
+import { invalidOption } from './errors.js'
 
 /**
- * The warning `stats` and `checkIntegrity` give about a disabled stored subscription that still holds pending
- * events: no relay claims them, and an event is pruned only once every subscription is done with it, so they hold
- * back pruning until the subscription is enabled (and catches up) or deleted.
- *
- * The implicit subscription is never warned about: a relay given an `endpoint` serves it whatever its state, so its
- * pending events are not stuck (and its lag shows when no such relay runs).
+ * Default disabled retention of `prune`: 7 days. A customer's endpoint down over a long weekend, and an operator
+ * acting on the `stats`/`doctor` warning within a working week, fit in it; a subscription disabled and forgotten
+ * holds at most a week of its events (the outbox grows by its enqueue rate times the retention, not without end).
  */
-export function pausedSubscriptionWarning(subscription: {
+export const DEFAULT_OUTBOX_DISABLED_RETENTION_MS = 7 * 86_400_000
+
+/**
+ * Resolves a `disabledRetention` option (prune's, and the one `stats` and `checkIntegrity` describe in their
+ * warnings): ms, or false when it is turned off.
+ */
+export function disabledRetentionOption(value: Duration | false | undefined): number | false {
+  if (value === undefined) return DEFAULT_OUTBOX_DISABLED_RETENTION_MS
+  if (value === false) return false
+  if (typeof value !== 'number' && typeof value !== 'string') {
+    throw invalidOption(
+      'disabledRetention',
+      value,
+      (spell, got) =>
+        `${spell('disabledRetention')} must be a duration (ms or a string like '7d') or false to keep a disabled subscription's deliveries, got ${got}`,
+    )
+  }
+  return parseDuration(value, 'disabledRetention')
+}
+
+/** What the warning needs to know of a subscription. */
+export interface PausedSubscriptionFacts {
   readonly id: string
   readonly name: string | null
   readonly state: string | null
   readonly pending: number
-}): string | undefined {
-  const { id, name, state, pending } = subscription
-  if (state !== 'disabled' || pending === 0 || id === IMPLICIT_SUBSCRIPTION_ID) return undefined
-  return `disabled subscription ${name ?? id} holds ${pending} pending event${pending === 1 ? '' : 's'}; they pin pruning: enable or delete it`
+  readonly disabledAt: Date | null
+  /** The enqueue time of its oldest pending delivery; null with none. */
+  readonly oldestPendingAt: Date | null
+  /** Deliveries the disabled retention has dropped from it, cumulative. */
+  readonly dropped: number
+  readonly lastDroppedAt: Date | null
+}
+
+/** A retention in words: `7d`, `36h`, `90m`, `45s` or `500ms`, the largest whole unit. */
+function describeRetention(ms: number): string {
+  for (const [unit, size] of [
+    ['d', 86_400_000],
+    ['h', 3_600_000],
+    ['m', 60_000],
+    ['s', 1000],
+  ] as const) {
+    if (ms >= size && ms % size === 0) return `${ms / size}${unit}`
+  }
+  return `${ms}ms`
+}
+
+/**
+ * The warning `stats` and `checkIntegrity` give about a disabled stored subscription that still holds pending
+ * events, or has lost some to the disabled retention: no relay claims them, they hold back pruning until the
+ * subscription is enabled (and catches up) or deleted — and `prune` drops those held longer than the disabled
+ * retention, so the warning says from when (`retentionMs` false: never).
+ *
+ * The implicit subscription is never warned about: a relay given an `endpoint` serves it whatever its state, so its
+ * pending events are not stuck (and its lag shows when no such relay runs); the disabled retention never drops them.
+ */
+export function pausedSubscriptionWarning(
+  subscription: PausedSubscriptionFacts,
+  retentionMs: number | false,
+): string | undefined {
+  const { id, name, state, pending, dropped } = subscription
+  if (state !== 'disabled' || id === IMPLICIT_SUBSCRIPTION_ID) return undefined
+  if (pending === 0 && dropped === 0) return undefined
+  const who = `disabled subscription ${name ?? id}`
+  const lost =
+    dropped === 0
+      ? ''
+      : `; it has lost ${dropped} pending deliver${dropped === 1 ? 'y' : 'ies'} to the disabled retention (last at ${subscription.lastDroppedAt?.toISOString() ?? 'unknown'})`
+  if (pending === 0) return `${who} holds nothing now${lost}: enable or delete it`
+  const held = `${who} holds ${pending} pending event${pending === 1 ? '' : 's'}; they pin pruning: enable or delete it`
+  if (retentionMs === false) return `${held} (prune keeps them: the disabled retention is off)${lost}`
+  // Every way to disable a subscription stamps disabled_at; a row without one (edited by hand) is never dropped.
+  if (subscription.disabledAt === null) return `${held}${lost}`
+  const from = Math.max(subscription.oldestPendingAt?.getTime() ?? 0, subscription.disabledAt.getTime())
+  const dropAt = new Date(from + retentionMs).toISOString()
+  return `${held}; prune drops those held longer than ${describeRetention(retentionMs)} (the disabled retention), the first from ${dropAt}${lost}`
 }

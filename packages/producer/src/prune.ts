@@ -1,7 +1,10 @@
 import { setTimeout as delay } from 'node:timers/promises'
 import type { Kysely } from 'kysely'
+import { dropLapsedDeliveries } from './drop-lapsed-deliveries.js'
 import { type Duration, parseDuration } from './duration.js'
 import { invalidOption, OutboxError } from './errors.js'
+import { consoleLogger, isLogger, type Logger } from './logger.js'
+import { disabledRetentionOption } from './paused-subscription.js'
 import { resolveSchema } from './schema-name.js'
 import { deleteDeliveryAttempts, hasExpiredDeliveryAttempts } from './sql/delete-delivery-attempts.js'
 import { deleteExpired, hasExpired } from './sql/delete-expired.js'
@@ -17,6 +20,14 @@ export interface PruneOptions {
    * omitted.
    */
   readonly deliveryLogRetention?: Duration
+  /**
+   * Drop the pending deliveries a DISABLED stored subscription has held longer than this while disabled (a row
+   * qualifies when both its enqueue and the subscription's disabling are older than this; each lane loses a prefix,
+   * so it keeps a contiguous tail). Dropped deliveries are counted per subscription (`dropped` in `stats` and
+   * `listSubscriptions`). `false` keeps them until the subscription is enabled or deleted.
+   * @defaultValue '7d' (`DEFAULT_OUTBOX_DISABLED_RETENTION_MS`)
+   */
+  readonly disabledRetention?: Duration | false
   /** Rows per delete statement. @defaultValue 5000 */
   readonly batchSize?: number
   /** Stop after this many batches per status, so one run is bounded. @defaultValue 200 */
@@ -29,15 +40,25 @@ export interface PruneOptions {
   readonly onBatch?: (progress: { readonly status: PrunePass; readonly removed: number }) => void
   /** Stops between batches when aborted. */
   readonly signal?: AbortSignal
+  /** Where the drops of the disabled retention are reported (one warning per subscription that lost deliveries). */
+  readonly logger?: Logger
 }
 
-/** What one pass of {@link prune} deletes: sent events, dead letters, or delivery log rows. */
-export type PrunePass = 'sent' | 'dead' | 'delivery-log'
+/**
+ * What one pass of {@link prune} deletes: sent events, dead letters, delivery log rows, or the pending deliveries
+ * disabled subscriptions held past the disabled retention.
+ */
+export type PrunePass = 'sent' | 'dead' | 'delivery-log' | 'disabled'
 
 /** What {@link prune} did. */
 export interface PruneResult {
   /** Rows deleted (sent, dead and delivery log). */
   readonly removed: number
+  /**
+   * Pending deliveries of disabled subscriptions dropped past the disabled retention: never delivered, counted apart
+   * from `removed` (and per subscription, as `dropped` in `stats`).
+   */
+  readonly dropped: number
   /** True when nothing past retention is left; false when `maxBatches` (or the signal) stopped it first. */
   readonly caughtUp: boolean
 }
@@ -61,18 +82,25 @@ function positiveInteger(value: number | undefined, fallback: number, name: stri
 
 /**
  * Deletes sent events past retention in bounded batches (and dead letters and delivery log rows past their own
- * retentions, if given).
- * Pending events, sequence counters and lane rows are never touched, so pruning can never lose an event or reuse
- * a sequence. Run it from cron; `caughtUp: false` means run it again (or raise `maxBatches`).
+ * retentions, if given), and drops the pending deliveries a disabled stored subscription has held longer than the
+ * disabled retention (7 days unless `disabledRetention` says otherwise or `false`).
+ * Apart from those, pending events are never touched, nor are sequence counters and lane rows, so pruning never
+ * loses an event an enabled subscription waits for and never reuses a sequence. A drop takes a prefix of each lane
+ * (the lane keeps a contiguous tail, delivered in order once the subscription is enabled), under the lane's locks as
+ * operator actions take them (a lane an enqueue, a claim or a redrive holds, or a live lease, is left for a later
+ * run), re-checks in its own statement that the subscription is still disabled (an enable in flight wins), and is
+ * counted on the subscription and logged as a warning. Run it from cron; `caughtUp: false` means run it again (or
+ * raise `maxBatches`).
  *
  * @example
  * ```ts
  * import type { Kysely } from 'kysely'
  * import { prune } from '@outbox/producer'
  * declare const db: Kysely<any>
- * const { removed, caughtUp } = await prune(db, {
+ * const { removed, dropped, caughtUp } = await prune(db, {
  *   retention: '30d',
  *   deliveryLogRetention: '7d',
+ *   disabledRetention: '14d',
  *   batchSize: 5000,
  *   pauseMs: 50,
  * })
@@ -99,17 +127,26 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
   const batchSize = positiveInteger(options.batchSize, DEFAULT_OUTBOX_PRUNE_BATCH_SIZE, 'batchSize')
   const maxBatches = positiveInteger(options.maxBatches, DEFAULT_OUTBOX_PRUNE_MAX_BATCHES, 'maxBatches')
   const pauseMs = parseDuration(options.pauseMs ?? 0, 'pauseMs')
+  const disabledMs = disabledRetentionOption(options.disabledRetention)
+  if (options.logger !== undefined && !isLogger(options.logger)) {
+    throw invalidOption(
+      'logger',
+      options.logger,
+      (spell) => `${spell('logger')} must have debug, info, warn and error methods (pino's order)`,
+    )
+  }
+  const logger = options.logger ?? consoleLogger
 
   const sqlContext = { db, schema }
   let removed = 0
   let caughtUp = true
-  const passes: [PrunePass, number][] = [['sent', retentionMs]]
+  const passes: [Exclude<PrunePass, 'disabled'>, number][] = [['sent', retentionMs]]
   if (deadMs !== undefined) passes.push(['dead', deadMs])
   if (logMs !== undefined) passes.push(['delivery-log', logMs])
   for (const [status, keepMs] of passes) {
     let batches = 0
     for (;;) {
-      if (options.signal?.aborted) return { removed, caughtUp: false }
+      if (options.signal?.aborted) return { removed, dropped: 0, caughtUp: false }
       const deleted =
         status === 'delivery-log'
           ? await deleteDeliveryAttempts(sqlContext, { olderThanMs: keepMs, limit: batchSize })
@@ -130,7 +167,19 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
       if (pauseMs > 0) await pause(pauseMs, options.signal)
     }
   }
-  return { removed, caughtUp }
+  if (disabledMs === false) return { removed, dropped: 0, caughtUp }
+  const held = await dropLapsedDeliveries({
+    db,
+    schema,
+    retentionMs: disabledMs,
+    batchSize,
+    maxBatches,
+    pauseMs,
+    signal: options.signal,
+    logger,
+    onBatch: (dropped) => options.onBatch?.({ status: 'disabled', removed: dropped }),
+  })
+  return { removed, dropped: held.dropped, caughtUp: caughtUp && held.caughtUp }
 }
 
 /** Waits `ms`, or less if `signal` aborts, so Ctrl-C does not wait out a long pause. */

@@ -69,7 +69,7 @@ export interface OutboxLaneTable {
   started_token: string | null
 }
 
-/** A webhook destination (migrations 0008, 0009 and 0012); read it through `listSubscriptions`. */
+/** A webhook destination (migrations 0008, 0009, 0012 and 0013); read it through `listSubscriptions`. */
 export interface OutboxSubscriptionTable {
   id: Generated<string>
   name: string | null
@@ -98,6 +98,10 @@ export interface OutboxSubscriptionTable {
   /** The rate's token bucket: tokens left as of `rate_refilled_at`; null for a full bucket. */
   rate_tokens: number | null
   rate_refilled_at: Date | null
+  /** Pending deliveries prune dropped while it was disabled past `disabledRetention`, cumulative (migration 0013). */
+  dropped_deliveries: ColumnType<string, number | undefined, number>
+  /** When prune last dropped any of them; null if it never did (migration 0013). */
+  last_dropped_at: Date | null
 }
 
 /** A subscription's signing secret; the one without `expires_at` is current. Never returned by the API. */

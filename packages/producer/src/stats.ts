@@ -1,6 +1,7 @@
 import type { Kysely } from 'kysely'
 import { IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
-import { pausedSubscriptionWarning } from './paused-subscription.js'
+import type { Duration } from './duration.js'
+import { disabledRetentionOption, pausedSubscriptionWarning } from './paused-subscription.js'
 import { resolveSchema } from './schema-name.js'
 import { readStats, type SubscriptionStatsRow } from './sql/read-stats.js'
 
@@ -35,6 +36,22 @@ export interface SubscriptionStats extends StatsFigures {
    * probe) or `closed`. Always `closed` for the implicit subscription, which has none.
    */
   readonly breaker: 'closed' | 'open' | 'probing'
+  /**
+   * Pending deliveries `prune` dropped from it while it was disabled past the disabled retention, cumulative over
+   * its life: events its endpoint never received.
+   */
+  readonly dropped: number
+}
+
+/** Options of {@link stats}. */
+export interface StatsOptions {
+  /** @defaultValue 'public' */
+  readonly schema?: string
+  /**
+   * The disabled retention your `prune` runs with, so a warning about a disabled subscription can say when its held
+   * deliveries start to be dropped (`false`: prune keeps them). @defaultValue '7d'
+   */
+  readonly disabledRetention?: Duration | false
 }
 
 /** A snapshot of the outbox's health, all plain numbers: totals over every subscription, then each one's share. */
@@ -48,7 +65,8 @@ export interface OutboxStats extends StatsFigures {
   readonly subscriptions: readonly SubscriptionStats[]
   /**
    * Things an operator should act on, for a person: a disabled stored subscription holding pending events (no relay
-   * claims them, and they hold back pruning).
+   * claims them, they hold back pruning, and prune drops those held past the disabled retention: the warning says
+   * from when) or that lost some to the disabled retention.
    */
   readonly warnings: readonly string[]
 }
@@ -82,10 +100,8 @@ function figures(row: SubscriptionStatsRow): StatsFigures {
  * for (const warning of warnings) console.warn(warning)
  * ```
  */
-export async function stats(
-  db: Kysely<any>,
-  options: { readonly schema?: string } = {},
-): Promise<OutboxStats> {
+export async function stats(db: Kysely<any>, options: StatsOptions = {}): Promise<OutboxStats> {
+  const disabledMs = disabledRetentionOption(options.disabledRetention)
   const rows = await readStats(
     { db, schema: resolveSchema(options.schema) },
     { strugglingAttempts: STRUGGLING_ATTEMPTS },
@@ -113,9 +129,18 @@ export async function stats(
       tenant: row.tenant,
       breaker,
       ...share,
+      dropped: Number(row.dropped_deliveries),
     } as const
     subscriptions.push(entry)
-    const warning = pausedSubscriptionWarning(entry)
+    const warning = pausedSubscriptionWarning(
+      {
+        ...entry,
+        disabledAt: row.disabled_at,
+        oldestPendingAt: row.oldest_pending_at,
+        lastDroppedAt: row.last_dropped_at,
+      },
+      disabledMs,
+    )
     if (warning) warnings.push(warning)
     if (breaker !== 'closed' && state === 'enabled') {
       warnings.push(

@@ -64,6 +64,13 @@ export interface Subscription {
   readonly secretOverlapEnds: readonly Date[]
   readonly createdAt: Date
   readonly updatedAt: Date
+  /**
+   * Pending deliveries `prune` dropped from it while it was disabled past the disabled retention, cumulative over its
+   * life (enabling it does not reset it): events its endpoint never received.
+   */
+  readonly dropped: number
+  /** When `prune` last dropped any; null if it never did. */
+  readonly lastDroppedAt: Date | null
   /** The endpoint's health as the relays share it (see the relay's `endpointBreaker`). */
   readonly endpoint: EndpointHealth
 }
@@ -105,6 +112,8 @@ function toSubscription(row: SubscriptionRow): Subscription {
     secretOverlapEnds: row.overlap_ends ?? [],
     createdAt: row.created_at,
     updatedAt: row.updated_at,
+    dropped: Number(row.dropped_deliveries),
+    lastDroppedAt: row.last_dropped_at,
     endpoint: {
       breaker: row.breaker_state === 'closed' ? 'closed' : row.probing ? 'probing' : 'open',
       failureStreak: row.failure_streak,
@@ -303,8 +312,10 @@ export async function rotateSubscriptionSecret(
 
 /**
  * Pauses a subscription: relays stop claiming its lanes (within about two seconds; a request in flight finishes),
- * and it keeps receiving its events, delivered in order once it is enabled. Its pending rows are never pruned
- * meanwhile, so `stats` and `outbox doctor` warn about what a disabled subscription holds: enable or delete it.
+ * and it keeps receiving its events, delivered in order once it is enabled. It keeps them for the disabled retention
+ * (`prune({ disabledRetention })`, 7 days by default): past it, prune drops the oldest of each lane (counted in
+ * `dropped`), so `stats` and `outbox doctor` warn about what a disabled subscription holds, and from when it goes:
+ * enable or delete it.
  * The implicit subscription disabled stops receiving events (for deployments that serve stored subscriptions only).
  */
 export async function disableSubscription(

@@ -105,7 +105,7 @@ describe.concurrent('outbox deliveries', () => {
       FROM generate_series(1, 10) n`.execute(t.db)
     const env = cliEnv({ DATABASE_URL: t.url, OUTBOX_SCHEMA: schema })
     const without = await runCli(['prune', '--retention', '30d', '--json'], env)
-    expect(JSON.parse(without.stdout)).toEqual({ removed: 0, caughtUp: true, sent: 0, dead: 0 })
+    expect(JSON.parse(without.stdout)).toEqual({ removed: 0, dropped: 0, caughtUp: true, sent: 0, dead: 0 })
     const result = await runCli(['prune', '--retention', '30d', '--delivery-log-retention', '7d'], env)
     expect(result, result.stderr).toMatchObject({ code: 0 })
     expect(result.stdout).toBe('deleted 4 rows (0 sent, 0 dead letters, 4 delivery log); caught up\n')

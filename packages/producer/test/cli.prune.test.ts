@@ -80,7 +80,7 @@ describe.concurrent('outbox prune', () => {
       env,
     )
     expect(dead.code, dead.stderr).toBe(0)
-    expect(JSON.parse(dead.stdout)).toEqual({ removed: 2, caughtUp: true, sent: 0, dead: 2 })
+    expect(JSON.parse(dead.stdout)).toEqual({ removed: 2, dropped: 0, caughtUp: true, sent: 0, dead: 2 })
     expect(dead.stderr).toContain('prune: dead rows: batch 1, 2 deleted, 2 so far')
     // Pending events are never touched, and recent sent rows stay until their retention is up.
     expect(await countBy(schema)).toEqual({ sent: 3, pending: 2 })
@@ -97,7 +97,7 @@ describe.concurrent('outbox prune', () => {
       cliEnv({ DATABASE_URL: t.url }),
     )
     expect(result.code, result.stderr).toBe(3)
-    expect(JSON.parse(result.stdout)).toEqual({ removed: 2, caughtUp: false, sent: 2, dead: 0 })
+    expect(JSON.parse(result.stdout)).toEqual({ removed: 2, dropped: 0, caughtUp: false, sent: 2, dead: 0 })
   })
 
   it('stops between batches on SIGINT and says so (exit 130)', async ({ onTestFinished }) => {

@@ -58,6 +58,7 @@ describe.concurrent('outbox stats', () => {
         tenant: null,
         breaker: 'closed',
         ...EXPECTED,
+        dropped: 0,
         lagSeconds: printed.lagSeconds,
       },
     ])

@@ -36,7 +36,7 @@ describe('prune never freezes a lane or loses an event', () => {
 
       // The README's cron: both dead letters are past their retention; only the blocker is kept.
       const result = await prune(t.db, { retention: '7d', deadLetterRetention: '30d' })
-      expect(result).toEqual({ removed: 1, caughtUp: true })
+      expect(result).toEqual({ removed: 1, dropped: 0, caughtUp: true })
       expect((await listDeadLetters(t.db)).map((dead) => dead.sequence)).toEqual([2])
       expect((await checkIntegrity(t.db)).violations).toEqual([])
 
@@ -62,7 +62,7 @@ describe('prune never freezes a lane or loses an event', () => {
     const pruning = prune(t.connect({ max: 1 }), { retention: '1d', deadLetterRetention: '1d' })
     await waitForLockWaiters(t.db)
     await held.commit().execute()
-    expect(await pruning).toEqual({ removed: 0, caughtUp: true })
+    expect(await pruning).toEqual({ removed: 0, dropped: 0, caughtUp: true })
     expect(await laneRows(t.db, 'revived')).toEqual([[1, 'pending', false]])
   })
 })

@@ -74,7 +74,7 @@ describe('prune', () => {
       onBatch: (batch) => batches.push(batch),
     })
 
-    expect(result).toEqual({ removed: 23, caughtUp: true })
+    expect(result).toEqual({ removed: 23, dropped: 0, caughtUp: true })
     expect(batches).toEqual([
       { status: 'sent', removed: 5 },
       { status: 'sent', removed: 5 },
@@ -96,19 +96,20 @@ describe('prune', () => {
   it('reports caughtUp: false when maxBatches stops it, and a later run finishes the work', async () => {
     await seed('old_sent', 23, 'sent', 40)
     const first = await prune(t.db, { retention: '30d', batchSize: 5, maxBatches: 2 })
-    expect(first).toEqual({ removed: 10, caughtUp: false })
+    expect(first).toEqual({ removed: 10, dropped: 0, caughtUp: false })
     expect(await remaining()).toEqual({ old_sent: 13 })
     const second = await prune(t.db, { retention: '30d', batchSize: 5, maxBatches: 2 })
-    expect(second).toEqual({ removed: 10, caughtUp: false })
+    expect(second).toEqual({ removed: 10, dropped: 0, caughtUp: false })
     const third = await prune(t.db, { retention: '30d', batchSize: 5, maxBatches: 2 })
-    expect(third).toEqual({ removed: 3, caughtUp: true })
-    expect(await prune(t.db, { retention: '30d' })).toEqual({ removed: 0, caughtUp: true })
+    expect(third).toEqual({ removed: 3, dropped: 0, caughtUp: true })
+    expect(await prune(t.db, { retention: '30d' })).toEqual({ removed: 0, dropped: 0, caughtUp: true })
   })
 
   it('reports caughtUp: true when the last allowed batch took exactly the last expired rows', async () => {
     await seed('old_sent', 10, 'sent', 40)
     expect(await prune(t.db, { retention: '30d', batchSize: 5, maxBatches: 2 })).toEqual({
       removed: 10,
+      dropped: 0,
       caughtUp: true,
     })
   })
@@ -117,9 +118,13 @@ describe('prune', () => {
     await seed('d40', 2, 'sent', 40)
     await seed('d31', 2, 'sent', 31)
     await seed('d20', 2, 'sent', 20)
-    expect(await prune(t.db, { retention: 35 * 86_400_000 })).toEqual({ removed: 2, caughtUp: true })
+    expect(await prune(t.db, { retention: 35 * 86_400_000 })).toEqual({
+      removed: 2,
+      dropped: 0,
+      caughtUp: true,
+    })
     expect(await remaining()).toEqual({ d31: 2, d20: 2 })
-    expect(await prune(t.db, { retention: '3w' })).toEqual({ removed: 2, caughtUp: true })
+    expect(await prune(t.db, { retention: '3w' })).toEqual({ removed: 2, dropped: 0, caughtUp: true })
     expect(await remaining()).toEqual({ d20: 2 })
   })
 
@@ -127,7 +132,7 @@ describe('prune', () => {
     await seed('old_dead', 4, 'dead', 40)
     await seed('recent_dead', 2, 'dead', 2)
     await seed('old_sent', 3, 'sent', 40)
-    expect(await prune(t.db, { retention: '30d' })).toEqual({ removed: 3, caughtUp: true })
+    expect(await prune(t.db, { retention: '30d' })).toEqual({ removed: 3, dropped: 0, caughtUp: true })
     expect(await remaining()).toEqual({ old_dead: 4, recent_dead: 2 })
 
     const batches: { status: string; removed: number }[] = []
@@ -137,7 +142,7 @@ describe('prune', () => {
       batchSize: 3,
       onBatch: (batch) => batches.push(batch),
     })
-    expect(result).toEqual({ removed: 4, caughtUp: true })
+    expect(result).toEqual({ removed: 4, dropped: 0, caughtUp: true })
     expect(batches).toEqual([
       { status: 'sent', removed: 0 },
       { status: 'dead', removed: 3 },
@@ -151,6 +156,7 @@ describe('prune', () => {
     const started = performance.now()
     expect(await prune(t.db, { retention: '30d', batchSize: 4, pauseMs: 60 })).toEqual({
       removed: 9,
+      dropped: 0,
       caughtUp: true,
     })
     // Three batches (4, 4, 1): two pauses.
@@ -164,7 +170,7 @@ describe('prune', () => {
       signal: controller.signal,
       onBatch: () => controller.abort(),
     })
-    expect(result).toEqual({ removed: 2, caughtUp: false })
+    expect(result).toEqual({ removed: 2, dropped: 0, caughtUp: false })
     expect(await remaining()).toEqual({ more_sent: 3 })
   })
 

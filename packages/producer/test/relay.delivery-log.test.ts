@@ -346,7 +346,11 @@ describe('prune of the delivery log', () => {
     ])
     const count = async () => (await listDeliveryAttempts(t.db, { schema, limit: 100 })).length
 
-    expect(await prune(t.db, { schema, retention: '30d' })).toEqual({ removed: 0, caughtUp: true })
+    expect(await prune(t.db, { schema, retention: '30d' })).toEqual({
+      removed: 0,
+      dropped: 0,
+      caughtUp: true,
+    })
     expect(await count()).toBe(7)
 
     const batches: { status: string; removed: number }[] = []
@@ -358,7 +362,7 @@ describe('prune of the delivery log', () => {
       maxBatches: 2,
       onBatch: (progress) => void batches.push(progress),
     })
-    expect(first).toEqual({ removed: 4, caughtUp: false })
+    expect(first).toEqual({ removed: 4, dropped: 0, caughtUp: false })
     expect(batches.filter((b) => b.status === 'delivery-log')).toEqual([
       { status: 'delivery-log', removed: 2 },
       { status: 'delivery-log', removed: 2 },
@@ -366,6 +370,7 @@ describe('prune of the delivery log', () => {
     expect(await prune(t.db, { schema, retention: '30d', deliveryLogRetention: '7d', batchSize: 2 })).toEqual(
       {
         removed: 1,
+        dropped: 0,
         caughtUp: true,
       },
     )

@@ -41,6 +41,7 @@ const PRODUCER_MIGRATIONS = [
   '0010_delivery_log',
   '0011_audit',
   '0012_rate_limit',
+  '0013_disabled_retention',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */
@@ -279,7 +280,11 @@ describe('migrate', () => {
       .execute()
     expect(rows.map((row) => row.event_id).sort()).toEqual(results.map((result) => result.eventId).sort())
     expect(await stats(t.db, options)).toMatchObject({ pending: 3, dead: 0, blocked: 0 })
-    expect(await prune(t.db, { ...options, retention: 0 })).toEqual({ removed: 0, caughtUp: true })
+    expect(await prune(t.db, { ...options, retention: 0 })).toEqual({
+      removed: 0,
+      dropped: 0,
+      caughtUp: true,
+    })
 
     // Nothing leaked into public: no rows, same tables, same migrations.
     expect(await stats(t.db)).toMatchObject({ pending: 0 })

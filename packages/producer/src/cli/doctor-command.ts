@@ -8,7 +8,13 @@ import { formatTable } from './format-text.js'
 import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { withFlagNames } from './option-flags.js'
-import { DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
+import {
+  DATABASE_FLAGS,
+  disabledRetentionFlag,
+  durationFlag,
+  integerFlag,
+  parseFlags,
+} from './parse-flags.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
@@ -18,6 +24,7 @@ const FLAGS = {
   'overdue-after': { type: 'string' },
   limit: { type: 'string' },
   actor: { type: 'string' },
+  'disabled-retention': { type: 'string' },
 } as const
 
 function plural(count: number, word: string): string {
@@ -141,7 +148,8 @@ export async function doctorCommand(argv: readonly string[], io: CliIo): Promise
   if (values.actor !== undefined && !values.repair) {
     throw new UsageError('--actor names who repairs: it goes with --repair (a check records nothing)')
   }
-  const options = { schema: target.schema, maxLeaseMs, overdueAfterMs, limit }
+  const disabledRetention = disabledRetentionFlag(values['disabled-retention'])
+  const options = { schema: target.schema, maxLeaseMs, overdueAfterMs, limit, disabledRetention }
   // Two connections: the check reads the violations and the overdue heads at the same time.
   return await withFlagNames(values, () =>
     withDatabase(target, { applicationName: 'outbox doctor', max: 2 }, async (db) => {

@@ -110,6 +110,7 @@ subscription that is down or slow never delays another. <subscription> is an id 
   show <subscription> [--json]        one subscription
   update <subscription> [settings]    change its URL, filters or limits (--clear <setting> to unset one)
   disable <subscription> [--reason r] pause it: relays stop delivering; its events are kept (and pin pruning)
+                                      until outbox prune drops those held past --disabled-retention (7d)
   enable <subscription>               resume it, oldest events first
   delete <subscription> [--yes]       delete it with every event recorded for it
   rotate-secret <subscription> [--overlap 24h] [--secret whsec_…]
@@ -151,8 +152,9 @@ Prints the outbox's health from one consistent snapshot:
   struggling  lane heads that failed 3 or more times and are still retried
   dead        dead-lettered events (outbox dead-letters list)
   blocked     lanes parked by a 409 from the consumer or by --on-exhausted block
-With stored subscriptions, the same figures follow per subscription; a disabled subscription holding pending
-events is warned about on stderr.
+With stored subscriptions, the same figures follow per subscription (and DROPPED, once outbox prune has dropped
+deliveries a disabled subscription held past the disabled retention); a disabled subscription holding pending
+events is warned about on stderr, with when prune starts to drop them.
 
 Options:
   --json                 print JSON: {"lagSeconds", "pending", "inFlight", "struggling", "dead", "blocked",
@@ -160,6 +162,8 @@ Options:
   --watch                refresh until Ctrl-C: redraws in place on a terminal, one line per refresh otherwise
                          (one JSON object per line with --json, with a "time" field)
   --interval <duration>  time between refreshes with --watch, e.g. 500ms, 2s, 1m (default ${DEFAULT_WATCH_INTERVAL_MS / 1000}s)
+  --disabled-retention <duration|off>
+                         the one outbox prune runs with, for the warning's date (default 7d)
 ${databaseOptions()}
 
 Examples:
@@ -172,20 +176,27 @@ Examples:
 
 Deletes sent events older than the retention in batches, oldest first, and dead letters past their own retention
 if --dead-letter-retention is given (otherwise dead letters are kept), and delivery log rows (outbox deliveries)
-past theirs if --delivery-log-retention is given (otherwise the log is kept, and grows). Pending events, sequence
-counters and lane rows are never touched. Progress goes to stderr while it runs, the summary to stdout.
+past theirs if --delivery-log-retention is given (otherwise the log is kept, and grows). Sequence counters and
+lane rows are never deleted. Pending events are kept, except those a DISABLED subscription has held longer than
+--disabled-retention (7d by default; off keeps them): prune drops the oldest of each of its lanes, so the lane keeps
+a contiguous tail, delivered in order once the subscription is enabled; it counts them on the subscription
+(outbox subscriptions show, outbox stats) and warns on stderr. A lane an enqueue, a relay or a redrive holds at
+that moment is left for the next run. Progress goes to stderr while it runs, the summary to stdout.
 
-Exits 0 when everything past retention is gone, and ${EXIT_PRUNE_NOT_CAUGHT_UP} when --max-batches stopped it first (run it
-again, more often, or with a larger budget) — so cron can alert on a backlog.
+Exits 0 when everything past retention is gone, and ${EXIT_PRUNE_NOT_CAUGHT_UP} when --max-batches stopped it first, or a
+disabled subscription's lane was busy (run it again, more often, or with a larger budget) — so cron can alert on
+a backlog.
 
 Options:
   --retention <duration>               keep sent events at least this long, e.g. 30d, 12h (required)
   --dead-letter-retention <duration>   also delete dead letters older than this (default: keep them)
   --delivery-log-retention <duration>  also delete delivery log rows older than this (default: keep them)
+  --disabled-retention <duration|off>  drop what a disabled subscription held longer than this (default 7d)
   --batch-size <n>                     rows per delete statement (default 5000)
   --max-batches <n>                    batch budget per status for this run (default 200)
   --pause-ms <ms>                      pause between batches, to leave room for live traffic (default 0)
-  --json                               print the result as JSON: {"removed", "caughtUp", "sent", "dead"}
+  --json                               print the result as JSON: {"removed", "dropped", "caughtUp", "sent",
+                                       "dead"}
                                        (and "deliveryLog" with --delivery-log-retention)
 ${databaseOptions(35)}
 
@@ -355,7 +366,8 @@ no lane row, events held at infinity, a lane blocked by a dead letter that is go
 pending or whose head was last answered otherwise, a lease longer than --max-lease-ms, a sequence counter behind
 its events, pending events of a subscription that no longer exists. A lane is one subscription's view of an
 aggregate; lanes of stored subscriptions are shown with the subscription's name. A disabled subscription holding
-pending events is warned about on stderr. The relay, enqueue, redrive and prune keep these rules, so a violation means damage from outside (a
+pending events (with when prune starts to drop them), or that lost some to the disabled retention, is warned
+about on stderr. The relay, enqueue, redrive and prune keep these rules, so a violation means damage from outside (a
 manual edit, a restore, an older release). Read-only unless --repair.
 
 Heads due for longer than --overdue-after that no relay holds are listed apart, as findings: that is what an outbox
@@ -374,6 +386,8 @@ Options:
   --max-lease-ms <ms>         the longest lease your relays take (default 60000); pass your relays' --lease-ms
                               if larger, or their leases are reported as too long
   --overdue-after <duration>  a due head no relay holds for longer than this is a finding (default 5m)
+  --disabled-retention <duration|off>
+                              the one outbox prune runs with, for the warnings' dates (default 7d)
   --limit <n>                 most lanes listed per rule (default ${DEFAULT_DOCTOR_LIMIT})
   --actor <name>              with --repair: who repairs, as the audit log records it (default: the OS user)
 ${databaseOptions(26)}

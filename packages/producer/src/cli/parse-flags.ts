@@ -93,6 +93,14 @@ export function durationFlag(value: string | undefined, flag: string): number | 
   }
 }
 
+/**
+ * `--disabled-retention`: a duration, or `off` (the library's `false`: a disabled subscription keeps its deliveries
+ * until it is enabled or deleted); undefined when not given.
+ */
+export function disabledRetentionFlag(value: string | undefined): number | false | undefined {
+  return value?.trim() === 'off' ? false : durationFlag(value, 'disabled-retention')
+}
+
 /** Picks one value of an enumerated flag, or says which values exist. */
 export function choiceFlag<const C extends string>(
   value: string | undefined,

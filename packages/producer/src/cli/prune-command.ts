@@ -6,20 +6,31 @@ import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { withFlagNames } from './option-flags.js'
-import { DATABASE_FLAGS, durationFlag, integerFlag, parseFlags } from './parse-flags.js'
+import {
+  DATABASE_FLAGS,
+  disabledRetentionFlag,
+  durationFlag,
+  integerFlag,
+  parseFlags,
+} from './parse-flags.js'
+import { createCliLogger } from './relay-log.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
   retention: { type: 'string' },
   'dead-letter-retention': { type: 'string' },
   'delivery-log-retention': { type: 'string' },
+  'disabled-retention': { type: 'string' },
   'batch-size': { type: 'string' },
   'max-batches': { type: 'string' },
   'pause-ms': { type: 'string' },
   json: { type: 'boolean' },
 } as const
 
-/** `outbox prune`: bounded, batched deletion of sent events (and optionally dead letters) past retention. */
+/**
+ * `outbox prune`: bounded, batched deletion of sent events (and optionally dead letters and the delivery log) past
+ * retention, and drops of what disabled subscriptions held past the disabled retention.
+ */
 export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('prune', argv, FLAGS)
   if (values.retention === undefined) {
@@ -34,10 +45,11 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
   const retention = durationFlag(values.retention, 'retention')!
   const deadLetterRetention = durationFlag(values['dead-letter-retention'], 'dead-letter-retention')
   const deliveryLogRetention = durationFlag(values['delivery-log-retention'], 'delivery-log-retention')
+  const disabledRetention = disabledRetentionFlag(values['disabled-retention'])
 
   const progressInPlace = io.stderr.isTTY === true
-  const removedBy = { sent: 0, dead: 0, 'delivery-log': 0 }
-  const batches = { sent: 0, dead: 0, 'delivery-log': 0 }
+  const removedBy = { sent: 0, dead: 0, 'delivery-log': 0, disabled: 0 }
+  const batches = { sent: 0, dead: 0, 'delivery-log': 0, disabled: 0 }
   const interrupt = catchInterrupt()
   try {
     const result = await withFlagNames(values, () =>
@@ -46,15 +58,20 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
           retention,
           deadLetterRetention,
           deliveryLogRetention,
+          disabledRetention,
           batchSize,
           maxBatches,
           pauseMs,
           schema: target.schema,
           signal: interrupt.signal,
+          // A drop loses events a customer never received: always said, on stderr beside the progress lines.
+          logger: createCliLogger('text', 'warn', io.stderr),
           onBatch({ status, removed }) {
             removedBy[status] += removed
             batches[status] += 1
-            const text = `prune: ${status} rows: batch ${batches[status]}, ${removed} deleted, ${removedBy[status]} so far`
+            const what =
+              status === 'disabled' ? 'held deliveries of disabled subscriptions' : `${status} rows`
+            const text = `prune: ${what}: batch ${batches[status]}, ${removed} ${status === 'disabled' ? 'dropped' : 'deleted'}, ${removedBy[status]} so far`
             if (progressInPlace) {
               cursorTo(io.stderr, 0)
               clearLine(io.stderr, 0)
@@ -66,7 +83,9 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
         }),
       ),
     )
-    if (progressInPlace && batches.sent + batches.dead + batches['delivery-log'] > 0) writeLine(io.stderr)
+    if (progressInPlace && batches.sent + batches.dead + batches['delivery-log'] + batches.disabled > 0) {
+      writeLine(io.stderr)
+    }
     const interrupted = interrupt.received
     if (values.json) {
       writeLine(
@@ -81,7 +100,11 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
       )
     } else {
       const log = deliveryLogRetention === undefined ? '' : `, ${removedBy['delivery-log']} delivery log`
-      const counts = `deleted ${result.removed} rows (${removedBy.sent} sent, ${removedBy.dead} dead letters${log})`
+      const drops =
+        result.dropped === 0
+          ? ''
+          : `; dropped ${result.dropped} pending deliveries of disabled subscriptions past the disabled retention`
+      const counts = `deleted ${result.removed} rows (${removedBy.sent} sent, ${removedBy.dead} dead letters${log})${drops}`
       if (result.caughtUp) writeLine(io.stdout, `${counts}; caught up`)
       else if (interrupted)
         writeLine(io.stdout, `${counts}; interrupted by ${interrupted}: run it again to finish`)

@@ -10,13 +10,14 @@ import { formatSeconds, formatTable } from './format-text.js'
 import { catchInterrupt } from './interrupt.js'
 import { loadProducer } from './load-producer.js'
 import { type DatabaseTarget, resolveDatabase, withDatabase } from './open-database.js'
-import { DATABASE_FLAGS, durationFlag, parseFlags } from './parse-flags.js'
+import { DATABASE_FLAGS, disabledRetentionFlag, durationFlag, parseFlags } from './parse-flags.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
   json: { type: 'boolean' },
   watch: { type: 'boolean' },
   interval: { type: 'string' },
+  'disabled-retention': { type: 'string' },
 } as const
 
 function table(snapshot: OutboxStats, strugglingAttempts: number): string[] {
@@ -54,6 +55,8 @@ function perSubscription(snapshot: OutboxStats): readonly SubscriptionStats[] {
 function subscriptionTable(snapshot: OutboxStats): string[] {
   const rows = perSubscription(snapshot)
   if (rows.length === 0) return []
+  // Shown once the disabled retention has dropped anything, so the usual table stays as narrow as it was.
+  const anyDropped = rows.some((sub) => sub.dropped > 0)
   const header = [
     'SUBSCRIPTION',
     'STATE',
@@ -65,6 +68,7 @@ function subscriptionTable(snapshot: OutboxStats): string[] {
     'STRUGGLING',
     'DEAD',
     'BLOCKED',
+    ...(anyDropped ? ['DROPPED'] : []),
   ]
   return [
     '',
@@ -81,6 +85,7 @@ function subscriptionTable(snapshot: OutboxStats): string[] {
         String(sub.struggling),
         String(sub.dead),
         String(sub.blocked),
+        ...(anyDropped ? [String(sub.dropped)] : []),
       ]),
     ]),
   ]
@@ -108,7 +113,8 @@ function lines(snapshot: OutboxStats, time: string): string[] {
   return [
     `${time} ${pairs(snapshot)}`,
     ...perSubscription(snapshot).map(
-      (sub) => `${time} subscription=${sub.name ?? sub.id} state=${sub.state} ${pairs(sub)}`,
+      (sub) =>
+        `${time} subscription=${sub.name ?? sub.id} state=${sub.state} ${pairs(sub)}${sub.dropped > 0 ? ` dropped=${sub.dropped}` : ''}`,
     ),
   ]
 }
@@ -125,8 +131,9 @@ export async function statsCommand(argv: readonly string[], io: CliIo): Promise<
   if (intervalMs !== undefined && intervalMs < MIN_WATCH_INTERVAL_MS) {
     throw new UsageError(`--interval must be at least ${MIN_WATCH_INTERVAL_MS}ms, got ${values.interval}`)
   }
+  const disabledRetention = disabledRetentionFlag(values['disabled-retention'])
   return await withDatabase(target, { applicationName: 'outbox stats', max: 1 }, async (db) => {
-    const read = () => producer.stats(db, { schema: target.schema })
+    const read = () => producer.stats(db, { schema: target.schema, disabledRetention })
     const render = (snapshot: OutboxStats) => [
       ...table(snapshot, producer.STRUGGLING_ATTEMPTS),
       ...subscriptionTable(snapshot),

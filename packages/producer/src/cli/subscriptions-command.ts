@@ -97,6 +97,12 @@ function describe(subscription: Subscription): string[][] {
           }`,
     ],
     ['endpoint', describeHealth(subscription)],
+    [
+      'dropped',
+      subscription.dropped === 0
+        ? '0'
+        : `${subscription.dropped} pending deliveries, held disabled past the disabled retention (last ${subscription.lastDroppedAt?.toISOString() ?? '-'})`,
+    ],
     ['created', subscription.createdAt.toISOString()],
   ]
 }

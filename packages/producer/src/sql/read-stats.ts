@@ -15,6 +15,12 @@ export interface SubscriptionStatsRow {
   /** 'closed', 'open' or 'probing'; null for an unknown subscription. */
   breaker: 'closed' | 'open' | 'probing' | null
   lag_seconds: number | string | null
+  /** Enqueue time of its oldest pending delivery. */
+  oldest_pending_at: Date | null
+  disabled_at: Date | null
+  /** Deliveries the disabled retention dropped from it (migration 0013); '0' for an unknown subscription. */
+  dropped_deliveries: string
+  last_dropped_at: Date | null
   pending: string
   struggling: string
   dead: string
@@ -67,7 +73,8 @@ export async function readStats(
     SELECT ids.subscription_id, s.id IS NOT NULL AS known, s.name, s.state, s.tenant,
            CASE WHEN s.breaker_state = 'open' AND s.probe_token IS NOT NULL AND s.probe_at > now() THEN 'probing'
                 ELSE s.breaker_state END AS breaker,
-           extract(epoch FROM now() - p.oldest) AS lag_seconds,
+           extract(epoch FROM now() - p.oldest) AS lag_seconds, p.oldest AS oldest_pending_at, s.disabled_at,
+           coalesce(s.dropped_deliveries, 0) AS dropped_deliveries, s.last_dropped_at,
            coalesce(p.pending, 0) AS pending, coalesce(p.struggling, 0) AS struggling,
            coalesce(d.dead, 0) AS dead, coalesce(f.in_flight, 0) AS in_flight, coalesce(b.blocked, 0) AS blocked
     FROM ids

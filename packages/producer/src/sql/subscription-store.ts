@@ -28,6 +28,8 @@ export interface SubscriptionRow {
   breaker_opened_at: Date | null
   probe_at: Date | null
   throttled_until: Date | null
+  dropped_deliveries: string
+  last_dropped_at: Date | null
 }
 
 const COLUMNS: Readonly<Record<keyof StoredSettings, string>> = {
@@ -99,7 +101,7 @@ export async function selectSubscriptions(
     SELECT s.id, s.name, s.url, s.tenant, s.event_types, s.state, s.disabled_reason, s.disabled_at, s.on_exhausted,
            s.max_in_flight, s.rate_per_second, s.retry_schedule, s.request_timeout_ms, s.created_at, s.updated_at,
            s.breaker_state, s.probe_token IS NOT NULL AND s.probe_at > now() AS probing, s.failure_streak,
-           s.breaker_opened_at, s.probe_at, s.throttled_until,
+           s.breaker_opened_at, s.probe_at, s.throttled_until, s.dropped_deliveries, s.last_dropped_at,
            max(k.created_at) FILTER (WHERE k.expires_at IS NULL) AS secret_created_at,
            array_agg(k.expires_at ORDER BY k.expires_at) FILTER (WHERE k.expires_at IS NOT NULL) AS overlap_ends
     FROM ${sql.id(schema, 'outbox_subscription')} s
