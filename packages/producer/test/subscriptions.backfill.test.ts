@@ -15,6 +15,7 @@ import {
   type RelayEventMap,
   updateSubscription,
 } from '../src/index.js'
+import { relayTestHooks } from '../src/relay.js'
 import { runBackfillBatch } from '../src/sql/backfill-batch.js'
 import { useStoredSubscriptions } from './stored-subscriptions.js'
 import { deferred, waitFor, waitForLockWaiters } from './support.js'
@@ -333,5 +334,225 @@ describe("createSubscription({ startAt: 'earliest' })", () => {
     expect(s1.map((request) => request.json.sequence)).toEqual([1, lateSequence])
     expect(copy.early.count).toBe(0)
     expect(await backfillState(id)).toMatchObject({ state: 'done', waitingSince: null, events: 2 })
+  })
+
+  it('copies what is retained when each batch runs: enqueues before and after the batch reaches them, and a prune between batches', async () => {
+    const source = await createSubscription(t.db, { url: 'https://source.example/hooks' })
+    await disableSubscription(t.db, source.id)
+    for (const id of ['a0', 'a1', 'a2', 'a3', 'a4', 'a5']) {
+      await publish(id, 'order.created')
+      await publish(id, 'order.updated')
+    }
+    await sql`UPDATE outbox SET status = 'sent', sent_at = now()`.execute(t.db)
+    const { id } = await createSubscription(t.db, { url: 'https://copy.example/hooks', startAt: 'earliest' })
+    const batch = () =>
+      runBackfillBatch(
+        { db: t.db, schema: 'public' },
+        { subscriptionId: id, aggregates: 2, rows: 100, lockTimeoutMs: 500 },
+      )
+    expect((await batch()).outcome).toBe('copied') // a0, a1
+    await publish('a0') // after its batch: fanned out above the copies
+    await publish('a4') // before its batch: the copies go below it
+    await sql`UPDATE outbox SET sent_at = now() - interval '2 hours' WHERE aggregate_id = 'a3'`.execute(t.db)
+    expect((await prune(t.db, { retention: '1h' })).removed).toBe(2)
+    while ((await batch()).outcome !== 'done') {}
+    const { rows } = await sql<{ aggregate_id: string; sequences: string[] }>`
+      SELECT aggregate_id, array_agg(sequence ORDER BY sequence) AS sequences FROM outbox
+      WHERE subscription_id = ${id}::uuid GROUP BY aggregate_id ORDER BY aggregate_id`.execute(t.db)
+    expect(rows.map((row) => [row.aggregate_id, row.sequences.map(Number)])).toEqual([
+      ['a0', [1, 2, 3]],
+      ['a1', [1, 2]],
+      ['a2', [1, 2]],
+      ['a4', [1, 2, 3]],
+      ['a5', [1, 2]],
+    ])
+    expect(await backfillState(id)).toMatchObject({ state: 'done', aggregatesDone: 6, events: 10 })
+    expect((await checkIntegrity(t.db)).violations).toEqual([])
+  })
+
+  it('a disabled subscription is copied for, and delivers in order once enabled', async () => {
+    const source = await createSubscription(t.db, { url: 'https://source.example/hooks' })
+    for (const id of ['d1', 'd2']) {
+      await publish(id, 'order.created')
+      await publish(id, 'order.updated')
+    }
+    await disableSubscription(t.db, source.id)
+    const copy = await stored.sink()
+    const { id } = await createSubscription(t.db, { url: copy.url, startAt: 'earliest' })
+    await disableSubscription(t.db, id)
+    await publish('d1', 'order.paid')
+    const done = deferred()
+    const relay = stored.relay()
+    relay.on('subscription:backfill', (event) => event.state === 'done' && done.resolve())
+    await relay.start()
+    await done.promise
+    expect(await backfillState(id)).toMatchObject({ state: 'done', events: 4 })
+    // Disabled: nothing is delivered, however many passes the relay makes (it reads the subscriptions at once).
+    await relay.runOnce()
+    expect(copy.requests).toHaveLength(0)
+    await enableSubscription(t.db, id)
+    await waitFor(() => copy.requests.length === 5, 'every event once enabled')
+    expect(sorted(received(copy.requests)).map(([key, ids]) => [key, ids.length])).toEqual([
+      ['d1', 3],
+      ['d2', 2],
+    ])
+    for (const key of ['d1', 'd2']) {
+      const sequences = copy.requests.filter((r) => r.json.aggregate_id === key).map((r) => r.json.sequence)
+      expect(sequences).toEqual([...sequences].sort((a, b) => a - b))
+    }
+  })
+
+  it('a filter change during the copy applies to the aggregates copied after it (each batch reads the subscription under its lock)', async () => {
+    const source = await createSubscription(t.db, { url: 'https://source.example/hooks' })
+    await disableSubscription(t.db, source.id)
+    for (const id of ['f0', 'f1', 'f2', 'f3']) {
+      await publish(id, 'order.created')
+      await publish(id, 'invoice.paid')
+    }
+    const { id } = await createSubscription(t.db, {
+      url: 'https://copy.example/hooks',
+      eventTypes: ['order.*'],
+      startAt: 'earliest',
+    })
+    const batch = () =>
+      runBackfillBatch(
+        { db: t.db, schema: 'public' },
+        { subscriptionId: id, aggregates: 2, rows: 100, lockTimeoutMs: 500 },
+      )
+    expect((await batch()).outcome).toBe('copied')
+    await updateSubscription(t.db, id, { eventTypes: null })
+    expect((await batch()).outcome).toBe('copied') // f2, f3
+    expect((await batch()).outcome).toBe('done') // nothing after f3
+    const { rows } = await sql<{ aggregate_id: string; types: string[] }>`
+      SELECT aggregate_id, array_agg(event_type ORDER BY sequence) AS types FROM outbox
+      WHERE subscription_id = ${id}::uuid GROUP BY aggregate_id ORDER BY aggregate_id`.execute(t.db)
+    expect(rows.map((row) => [row.aggregate_id, row.types])).toEqual([
+      ['f0', ['order.created']],
+      ['f1', ['order.created']],
+      ['f2', ['order.created', 'invoice.paid']],
+      ['f3', ['order.created', 'invoice.paid']],
+    ])
+  })
+
+  it('deleting the subscription during the copy stops it and leaves nothing behind', async () => {
+    const source = await createSubscription(t.db, { url: 'https://source.example/hooks' })
+    await disableSubscription(t.db, source.id)
+    await manyAggregates('x', 1200)
+    const { id } = await createSubscription(t.db, { url: 'https://copy.example/hooks', startAt: 'earliest' })
+    const first = deferred()
+    const relay = stored.relay()
+    relay.on('subscription:backfill', () => first.resolve())
+    await relay.start()
+    await first.promise
+    await deleteSubscription(t.db, id)
+    await waitFor(() => !relayTestHooks(relay).activity().backfilling, 'the copy to stop')
+    expect(await subscriptionRows(id)).toBe(0)
+    expect(await getSubscription(t.db, id)).toBeUndefined()
+  })
+
+  it('two relays copy at once: every batch is copied once, and each event is delivered once, in order', async () => {
+    const source = await createSubscription(t.db, { url: 'https://source.example/hooks' })
+    await disableSubscription(t.db, source.id)
+    await manyAggregates('y', 1200)
+    await manyAggregates('y', 300) // a second event for the first 300
+    const copy = await stored.sink()
+    const { id } = await createSubscription(t.db, { url: copy.url, startAt: 'earliest' })
+    const batches: RelayEventMap['subscription:backfill'][] = []
+    const relays = [stored.relay({ concurrency: 16 }), stored.relay({ concurrency: 16, db: t.connect() })]
+    for (const relay of relays) {
+      relay.on('subscription:backfill', (event) => batches.push(event))
+      await relay.start()
+    }
+    await waitFor(() => copy.requests.length === 1500, 'every event', 30_000)
+    const done = batches.map((batch) => batch.aggregatesDone)
+    expect(new Set(done).size).toBe(done.length)
+    expect(batches.every((batch) => batch.copied > 0)).toBe(true)
+    expect(batches.reduce((sum, batch) => sum + batch.copied, 0)).toBe(1500)
+    expect(new Set(copy.requests.map((request) => request.json.event_id)).size).toBe(1500)
+    for (const [, ids] of received(copy.requests)) expect(ids.length).toBeLessThanOrEqual(2)
+    const firsts = copy.requests.filter((r) => r.json.sequence === 1).map((r) => r.json.aggregate_id)
+    for (const request of copy.requests.filter((r) => r.json.sequence === 2)) {
+      expect(firsts.indexOf(request.json.aggregate_id)).toBeGreaterThanOrEqual(0)
+    }
+    expect(await backfillState(id)).toMatchObject({ state: 'done', aggregatesDone: 1200, events: 1500 })
+  })
+
+  it('a batch cut off mid-way (its connection killed) or a relay stopped during one loses nothing: the next resumes from the cursor', async () => {
+    const source = await createSubscription(t.db, { url: 'https://source.example/hooks' })
+    await disableSubscription(t.db, source.id)
+    for (const key of ['k1', 'k2', 'k3']) await publish(key)
+    const copy = await stored.sink()
+    const { id } = await createSubscription(t.db, { url: copy.url, startAt: 'earliest' })
+    // Hold k2 so each batch waits on it (up to its lock timeout).
+    const release = deferred()
+    const entered = deferred()
+    const held = t
+      .connect({ max: 1 })
+      .transaction()
+      .execute(async (trx) => {
+        await enqueue(trx, {
+          aggregateType: 'order',
+          aggregateId: 'k2',
+          eventType: 'order.updated',
+          payload: {},
+        })
+        entered.resolve()
+        await release.promise
+      })
+    onTestFinished(async () => {
+      release.resolve()
+      await held
+    })
+    await entered.promise
+    const errors: RelayEventMap['relay:error'][] = []
+    const killed = stored.relay()
+    killed.on('relay:error', (event) => errors.push(event))
+    await killed.start()
+    await waitForLockWaiters(t.db)
+    await sql`
+      SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+      WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%outbox_backfill_batch%'`.execute(
+      t.db,
+    )
+    await waitFor(() => errors.some((error) => error.during === 'backfill'), 'the cut batch reported')
+    expect(await backfillState(id)).toMatchObject({ state: 'running', events: 0, aggregatesDone: 0 })
+    // A stop while a batch waits: the stop ends once the batch gave up, and it wrote nothing.
+    await waitForLockWaiters(t.db)
+    await killed.stop({ timeoutMs: 5000 })
+    expect(relayTestHooks(killed).activity().backfilling).toBe(false)
+    expect(await subscriptionRows(id)).toBe(0)
+    release.resolve()
+    await held
+    const next = stored.relay()
+    await next.start()
+    await waitFor(() => copy.requests.length === 4, 'every event from the next relay')
+    expect(await backfillState(id)).toMatchObject({ state: 'done', events: 3, aggregatesDone: 3 })
+  })
+
+  it('checkIntegrity reports a running backfill as a warning, never its held-back rows as violations or overdue', async () => {
+    const source = await createSubscription(t.db, { url: 'https://source.example/hooks' })
+    await disableSubscription(t.db, source.id)
+    await publish('i1')
+    const { id } = await createSubscription(t.db, {
+      url: 'https://copy.example/hooks',
+      name: 'late',
+      startAt: 'earliest',
+    })
+    await publish('i1')
+    await runBackfillBatch(
+      { db: t.db, schema: 'public' },
+      { subscriptionId: id, aggregates: 0, rows: 100, lockTimeoutMs: 500 },
+    )
+    await sql`UPDATE outbox SET available_at = now() - interval '1 hour' WHERE subscription_id = ${id}::uuid`.execute(
+      t.db,
+    )
+    const report = await checkIntegrity(t.db)
+    expect(report.ok).toBe(true)
+    expect(report.findings).toEqual([])
+    expect(
+      report.warnings.some((warning) =>
+        warning.startsWith('subscription late is backfilling (0 of 1 aggregates, 0 events copied)'),
+      ),
+    ).toBe(true)
   })
 })
