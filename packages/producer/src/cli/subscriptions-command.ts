@@ -93,8 +93,22 @@ function describe(subscription: Subscription): string[][] {
           }`,
     ],
     ['endpoint', describeHealth(subscription)],
+    ...(subscription.backfill === null ? [] : [['backfill', describeBackfill(subscription.backfill)]]),
     ['created', subscription.createdAt.toISOString()],
   ]
+}
+
+/** A backfill's progress in one line (`startAt: 'earliest'`). */
+function describeBackfill(backfill: NonNullable<Subscription['backfill']>): string {
+  const counts = `${backfill.aggregatesDone}${backfill.aggregatesTotal === null ? '' : `/${backfill.aggregatesTotal}`} aggregates, ${backfill.events} events`
+  if (backfill.state === 'done') {
+    return `done ${backfill.finishedAt?.toISOString() ?? ''} (${counts})`
+  }
+  const waiting =
+    backfill.waitingSince === null
+      ? ''
+      : `; waiting since ${backfill.waitingSince.toISOString()} for a transaction holding an aggregate`
+  return `running since ${backfill.startedAt.toISOString()} (${counts} copied${waiting}); delivers once done`
 }
 
 /** The endpoint's breaker and throttle in one line. */
@@ -149,7 +163,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       const { values, positionals } = parseFlags(
         command,
         rest,
-        { ...DATABASE_FLAGS, ...SETTING_FLAGS, secret: { type: 'string' } },
+        { ...DATABASE_FLAGS, ...SETTING_FLAGS, secret: { type: 'string' }, 'start-at': { type: 'string' } },
         true,
       )
       if (positionals.length > 0)
@@ -157,10 +171,18 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       if (values.url === undefined)
         throw new UsageError('add needs --url <url> (see outbox subscriptions --help)')
       const secret = values.secret ?? (io.env.OUTBOX_SECRET || undefined)
+      const startAt =
+        values['start-at'] === undefined
+          ? undefined
+          : choiceFlag(values['start-at'], 'start-at', ['now', 'earliest'])
       const created = await run(values, (db, producer, schema) =>
         producer.createSubscription(
           db,
-          { ...(settingsOf(values) as CreateSubscriptionInput), ...(secret ? { secret } : {}) },
+          {
+            ...(settingsOf(values) as CreateSubscriptionInput),
+            ...(secret ? { secret } : {}),
+            ...(startAt ? { startAt } : {}),
+          },
           { schema },
         ),
       )
@@ -168,6 +190,12 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       else {
         writeLine(io.stdout, `created subscription ${created.id}`)
         writeLine(io.stdout, `secret: ${created.secret}`)
+        if (startAt === 'earliest') {
+          writeLine(
+            io.stderr,
+            'backfilling every retained event first: relays copy them, then deliver (progress: outbox subscriptions show)',
+          )
+        }
         writeLine(
           io.stderr,
           'the secret is shown this once: hand it to the subscriber now (it verifies with it)',
@@ -195,7 +223,13 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       const rows = listed.map((subscription) => [
         subscription.id,
         subscription.name ?? '-',
-        subscription.state,
+        subscription.backfill?.state === 'running'
+          ? `${subscription.state}, backfilling ${subscription.backfill.aggregatesDone}${
+              subscription.backfill.aggregatesTotal === null
+                ? ''
+                : `/${subscription.backfill.aggregatesTotal}`
+            }`
+          : subscription.state,
         subscription.implicit ? '-' : subscription.endpoint.breaker,
         subscription.tenant ?? '*',
         subscription.eventTypes?.join(',') ?? '*',
