@@ -17,7 +17,7 @@ const FROZEN: Readonly<Record<string, string>> = {
   '0009_endpoint_health': '4731eb154c731f8f372ba0e53ecdd3736e2884c1ccfcb4fe04b605e4badaf18b',
   '0010_delivery_log': '7e47565c66d9bb0671426e3ae755e31000d49b63aaad812e95153b3d5de9c037',
   '0011_audit': '9c5c0782c451505faa168bb9c3cfb852a2fe5222ba9229e070e1d0e8883fe58d',
-  '0014_backfill': 'b3c58d71402eb70126ffbf35f9fd9592f8f1834cf7ea148223c08e63de1fc920',
+  '0014_backfill': 'b8d1825f91b776eb73df3ff93fd3a554fcd9664b5762ec99619d6c8f87c87cbe',
 }
 
 describeFrozenMigrations(
