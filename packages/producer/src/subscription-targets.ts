@@ -15,7 +15,9 @@ export const SUBSCRIPTION_REFRESH_MS = 2000
 /**
  * The subscriptions a relay serves, each as a {@link DeliveryTarget}. With an `endpoint`, that is the implicit
  * subscription alone, fixed for the relay's life. Without one, it is the enabled stored subscriptions (or those the
- * relay was given), read from the database at most every {@link SUBSCRIPTION_REFRESH_MS}.
+ * relay was given) whose backfill is not running, read from the database at most every
+ * {@link SUBSCRIPTION_REFRESH_MS}; those whose backfill runs are listed apart ({@link SubscriptionTargets.backfilling})
+ * for the relay to copy for.
  *
  * A stored subscription the relay cannot serve safely is left out and reported once (`subscription:skipped` and a
  * warning) until it is fixed: a `requestTimeoutMs` that does not fit the relay's lease (a request must never
