@@ -114,8 +114,35 @@ export interface RelayEventMap {
   'endpoint:probing': { readonly subscriptionId: string; readonly name: string; readonly eventId: string }
   /** The probe was answered: the breaker is closed, and the subscription's lanes are claimed again. */
   'endpoint:closed': { readonly subscriptionId: string; readonly name: string }
+  /**
+   * A batch of a subscription's backfill (`startAt: 'earliest'`) committed: `copied` events now, the totals so far.
+   * `state: 'done'` once the copy reached the end: relays start delivering to it at their next read of the
+   * subscriptions (this relay at once).
+   */
+  'subscription:backfill': {
+    readonly subscriptionId: string
+    readonly name: string
+    readonly state: 'running' | 'done'
+    readonly copied: number
+    readonly aggregatesDone: number
+    readonly aggregatesTotal: number | null
+    readonly events: number
+  }
+  /**
+   * A subscription's backfill waits: a transaction holding an aggregate it reached (an `enqueue` left open) outlasted
+   * the batch's lock timeout. Nothing was copied; the relay tries again, and the copy moves on once that transaction
+   * ends. Reported once per stall (and logged as a warning).
+   */
+  'subscription:backfill:waiting': {
+    readonly subscriptionId: string
+    readonly name: string
+    readonly waitingSince: Date
+  }
   /** Something went wrong outside one delivery (database unreachable, …); the relay keeps going and retries. */
-  'relay:error': { readonly error: unknown; readonly during: 'claim' | 'flush' | 'outcome' | 'listen' }
+  'relay:error': {
+    readonly error: unknown
+    readonly during: 'claim' | 'flush' | 'outcome' | 'listen' | 'backfill'
+  }
   'relay:started': Record<string, never>
   /**
    * The relay stopped: `lanes` were in flight when the stop began and were handed back; `aborted` requests outlived

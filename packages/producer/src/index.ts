@@ -142,6 +142,7 @@ export {
   stats,
 } from './stats.js'
 export {
+  type BackfillProgress,
   type CreateSubscriptionInput,
   createSubscription,
   DEFAULT_SECRET_OVERLAP_MS,
@@ -153,6 +154,7 @@ export {
   IMPLICIT_SUBSCRIPTION_ID,
   listSubscriptions,
   rotateSubscriptionSecret,
+  type StartAt,
   type Subscription,
   type SubscriptionCallOptions,
   type SubscriptionChanges,

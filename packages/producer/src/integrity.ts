@@ -1,5 +1,6 @@
 import type { Kysely } from 'kysely'
 import { actorOption, recordAudit } from './audit.js'
+import { backfillWarning } from './backfill-warning.js'
 import type { Duration } from './duration.js'
 import { invalidOption } from './errors.js'
 import { DEFAULT_LEASE_MS } from './options.js'
@@ -8,6 +9,7 @@ import { resolveSchema } from './schema-name.js'
 import { findOverdueHeads, findViolations } from './sql/find-violations.js'
 import { type LaneRepair, repairLane } from './sql/repair-lane.js'
 import { selectPausedBacklogs } from './sql/select-paused-backlogs.js'
+import { selectRunningBackfills } from './sql/select-running-backfills.js'
 
 /** The liveness rules {@link checkIntegrity} checks; each names a way an aggregate could stop moving silently. */
 export type IntegrityViolationKind =
@@ -79,7 +81,9 @@ export interface IntegrityReport {
   /**
    * Things an operator should act on that break no rule, for a person: a disabled stored subscription holding
    * pending events (no relay claims them, they hold back pruning, and prune drops those held past the disabled
-   * retention: the warning says from when) or that lost some to the disabled retention. Its heads are not reported as overdue.
+   * retention: the warning says from when) or that lost some to the disabled retention, and a subscription whose
+   * backfill (`startAt: 'earliest'`) runs (it delivers nothing until the copy is done; a stalled copy says since
+   * when). The heads of either are not reported as overdue.
    */
   readonly warnings: readonly string[]
 }
@@ -142,10 +146,11 @@ export async function checkIntegrity(
   const overdueMs = positive(options.overdueAfterMs, DEFAULT_OVERDUE_AFTER_MS, 'overdueAfterMs')
   const limit = positive(options.limit, 100, 'limit')
   const disabledMs = disabledRetentionOption(options.disabledRetention)
-  const [violations, overdue, paused] = await Promise.all([
+  const [violations, overdue, paused, backfills] = await Promise.all([
     findViolations({ db, schema }, { maxLeaseMs, limit }),
     findOverdueHeads({ db, schema }, { overdueMs, limit }),
     selectPausedBacklogs({ db, schema }),
+    selectRunningBackfills({ db, schema }),
   ])
   return {
     ok: violations.length === 0,
@@ -171,22 +176,34 @@ export async function checkIntegrity(
         detail: `head (sequence ${row.sequence}) due for ${overdueSeconds} s and no relay holds it: are relays running?`,
       }
     }),
-    warnings: paused.flatMap((row) => {
-      const warning = pausedSubscriptionWarning(
-        {
+    warnings: [
+      ...paused.flatMap((row) => {
+        const warning = pausedSubscriptionWarning(
+          {
+            id: row.id,
+            name: row.name,
+            state: 'disabled',
+            pending: Number(row.pending),
+            disabledAt: row.disabled_at,
+            oldestPendingAt: row.oldest_pending_at,
+            dropped: Number(row.dropped_deliveries),
+            lastDroppedAt: row.last_dropped_at,
+          },
+          disabledMs,
+        )
+        return warning === undefined ? [] : [warning]
+      }),
+      ...backfills.map((row) =>
+        backfillWarning({
           id: row.id,
           name: row.name,
-          state: 'disabled',
-          pending: Number(row.pending),
-          disabledAt: row.disabled_at,
-          oldestPendingAt: row.oldest_pending_at,
-          dropped: Number(row.dropped_deliveries),
-          lastDroppedAt: row.last_dropped_at,
-        },
-        disabledMs,
-      )
-      return warning === undefined ? [] : [warning]
-    }),
+          aggregatesDone: Number(row.aggregates_done),
+          aggregatesTotal: row.aggregates_total === null ? null : Number(row.aggregates_total),
+          events: Number(row.events),
+          waitingSince: row.waiting_since,
+        }),
+      ),
+    ],
   }
 }
 

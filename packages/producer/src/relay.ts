@@ -13,6 +13,7 @@ import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
 import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
 import { parkBehindBlocks } from './sql/park-behind-blocks.js'
+import { SubscriptionBackfill } from './subscription-backfill.js'
 import { SubscriptionTargets } from './subscription-targets.js'
 import { UNSIGNED_WARNING } from './unsigned-warning.js'
 
@@ -55,6 +56,8 @@ export interface RelayActivity {
   /** A mark or release write runs or is about to start. */
   readonly marksBusy: boolean
   readonly heldBytes: number
+  /** A backfill batch runs, or the backfill waits to try again. */
+  readonly backfilling: boolean
 }
 
 /**
@@ -66,6 +69,11 @@ export interface RelayTestHooks {
   startStepping(): Promise<void>
   /** One pass of the real claim loop: start ready lanes, claim (ahead too) when there is room, start what came. */
   step(): Promise<Pass>
+  /**
+   * One backfill batch of each subscription whose backfill runs, as the relay read them (a stepping relay runs no
+   * backfill in the background).
+   */
+  backfillStep(): Promise<void>
   activity(): RelayActivity
   /** Writes queued marks and releases now. */
   flush(): Promise<void>
@@ -110,6 +118,11 @@ export class Relay {
   /** True once the schema was found not newer than this release (see {@link checkSchemaNotNewer}). */
   #schemaChecked = false
   readonly #targets: SubscriptionTargets
+  readonly #backfill: SubscriptionBackfill
+  /** A backfill finished: read the subscriptions at the next pass rather than at the next refresh. */
+  #refreshNow = false
+  /** Driven by a test's steps: no backfill in the background. */
+  #stepping = false
   /** Lanes held per subscription (claimed ahead or in delivery), for fair claims and slots between subscriptions. */
   readonly #held = new Map<string, number>()
   /** Lanes in delivery per subscription. */
@@ -161,6 +174,18 @@ export class Relay {
       onUnsigned: () => this.#options.logger.warn({ signed: false }, UNSIGNED_WARNING),
     })
     this.#targets = new SubscriptionTargets(this.#options, this.#events, this.#runtime.clock)
+    this.#backfill = new SubscriptionBackfill({
+      options: this.#options,
+      events: this.#events,
+      targets: this.#targets,
+      clock: this.#runtime.clock,
+      running: () => this.#state === 'running',
+      onDone: () => {
+        this.#refreshNow = true
+        this.#requestWake()
+      },
+      reportError: (error, during) => this.#reportError(error, during),
+    })
     this.#marks = new MarkBuffer({
       write: async (marks, releases) => {
         const notifiedBefore = this.#notifications
@@ -197,9 +222,13 @@ export class Relay {
       startStepping: async () => {
         if (this.#state !== 'idle') throw new Error('the relay is already running')
         await this.#setUpMetrics()
+        this.#stepping = true
         this.#state = 'running'
       },
       step: () => this.#pass(),
+      backfillStep: async () => {
+        await this.#backfill.step()
+      },
       activity: () => ({
         claiming: this.#claiming,
         activeLanes: this.#active.size,
@@ -207,6 +236,7 @@ export class Relay {
         requestsInFlight: this.#sender.inFlight,
         marksBusy: this.#marks.busy,
         heldBytes: this.#heldBytes,
+        backfilling: this.#backfill.busy,
       }),
       flush: () => this.#marks.flush(),
       crash: () => {
@@ -248,13 +278,18 @@ export class Relay {
   }
 
   /**
-   * One claim-and-deliver cycle: claims up to `concurrency` due lanes, delivers them, writes the marks, and
-   * returns what happened. For tests, scripts and cron-style use; a long-running service calls {@link start}.
+   * One claim-and-deliver cycle: runs one backfill batch of each subscription whose backfill runs (`startAt:
+   * 'earliest'`), claims up to `concurrency` due lanes, delivers them, writes the marks, and returns what happened.
+   * For tests, scripts and cron-style use; a long-running service calls {@link start}.
    */
   async runOnce(): Promise<RunOnceResult> {
     await this.#setUpMetrics()
     // A cycle run by hand sees the subscriptions as they are now, not as a read up to two seconds old left them.
     await this.#targets.refresh(true)
+    if (this.#targets.backfilling().size > 0) {
+      await this.#backfill.step()
+      await this.#targets.refresh(true)
+    }
     const { concurrency } = this.#options
     const { lanes } = await this.#claim(this.#rooms(concurrency), concurrency, this.#context.bytesLeft())
     await this.#parkBehindBlocks(true)
@@ -366,7 +401,9 @@ export class Relay {
     // (their leases expire and another relay takes over — a delay, never a loss).
     // The loop too: it may be mid-claim. A claim that outlasts even the grace (waiting on a lock, a slow server)
     // hands its lanes back itself when it returns (see #pass).
-    const settled = Promise.allSettled([...this.#active])
+    // The backfill starts no batch once stopping; its batch in flight is one statement, which commits or rolls
+    // back whole.
+    const settled = Promise.allSettled([...this.#active, this.#backfill.settled()])
     await Promise.race([Promise.all([settled, this.#loop]), sleep(clock, timeoutMs + STOP_GRACE_MS)])
     clock.clearTimeout(abortTimer)
     // Lanes claimed ahead but never started go back untouched, in the same flush as everything else.
@@ -430,7 +467,11 @@ export class Relay {
   async #pass(): Promise<Pass> {
     const { concurrency, pollIntervalMs } = this.#options
     const refillAt = Math.ceil(concurrency / 2)
-    await this.#targets.refresh()
+    const force = this.#refreshNow
+    this.#refreshNow = false
+    await this.#targets.refresh(force)
+    // Copies run beside the claim loop, never in it: a claim never waits for a batch, nor a batch for a claim.
+    if (!this.#stepping) this.#backfill.poke()
     await this.#parkBehindBlocks()
     this.#startReady()
     const wanted = 2 * concurrency - this.#active.size - this.#ready.length

@@ -69,7 +69,7 @@ export interface OutboxLaneTable {
   started_token: string | null
 }
 
-/** A webhook destination (migrations 0008, 0009, 0012 and 0013); read it through `listSubscriptions`. */
+/** A webhook destination (migrations 0008, 0009, 0012, 0013 and 0014); read it through `listSubscriptions`. */
 export interface OutboxSubscriptionTable {
   id: Generated<string>
   name: string | null
@@ -102,6 +102,21 @@ export interface OutboxSubscriptionTable {
   dropped_deliveries: ColumnType<string, number | undefined, number>
   /** When prune last dropped any of them; null if it never did (migration 0013). */
   last_dropped_at: Date | null
+  /** The backfill of `startAt: 'earliest'` (migration 0014): null when none was asked; it only moves forward. */
+  backfill_state: 'running' | 'done' | null
+  /** The keyset cursor: the last aggregate the backfill reached. */
+  backfill_cursor_type: string | null
+  backfill_cursor_id: string | null
+  /** The last sequence copied of the cursor's aggregate when a batch stopped in it; null once it is done. */
+  backfill_cursor_sequence: string | null
+  backfill_aggregates_done: ColumnType<string, string | undefined, string>
+  /** The aggregates counted by the first batch. */
+  backfill_aggregates_total: string | null
+  backfill_events: ColumnType<string, string | undefined, string>
+  backfill_started_at: Date | null
+  backfill_finished_at: Date | null
+  /** Since when batches have given up on a transaction holding one of their aggregates; null when not stalled. */
+  backfill_waiting_since: Date | null
 }
 
 /** A subscription's signing secret; the one without `expires_at` is current. Never returned by the API. */

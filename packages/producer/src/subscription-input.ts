@@ -48,11 +48,17 @@ export interface CreateSubscriptionInput extends SubscriptionSettings {
   /** Standard Webhooks secret `whsec_…` (24 to 64 bytes). @defaultValue a new random 32-byte secret, returned once */
   readonly secret?: string
   /**
-   * Where the subscription starts: `'now'`, every event committed after it is created. Backfilling retained
-   * events (`'earliest'`) is not supported yet and is refused rather than ignored. @defaultValue 'now'
+   * Where the subscription starts: `'now'`, every event committed after it is created; `'earliest'`, first every
+   * retained event it wants (one some subscription still has a row of, pending, sent or dead), copied by the relays
+   * in bounded batches, then everything committed after it is created — per aggregate in sequence order. It
+   * delivers nothing until the copy is done. Events no subscription stored, or already pruned, cannot be copied.
+   * @defaultValue 'now'
    */
-  readonly startAt?: 'now'
+  readonly startAt?: StartAt
 }
+
+/** Where a new subscription starts (see {@link CreateSubscriptionInput.startAt}). */
+export type StartAt = 'now' | 'earliest'
 
 /**
  * {@link updateSubscription}'s changes: any setting; `null` clears an optional one (back to every tenant, every
@@ -254,24 +260,25 @@ function refuseUnknown(input: Record<string, unknown>, known: readonly string[])
 export function checkCreateInput(input: CreateSubscriptionInput): {
   settings: StoredSettings
   secret: string
+  startAt: StartAt
 } {
   const fields = checkObject(input, 'subscription')
   refuseUnknown(fields, [...SETTINGS, 'secret', 'startAt'])
   if (fields.url === undefined)
     refuse('url', undefined, (spell) => `${spell('url')} is required: the subscriber's URL`)
-  if (fields.startAt !== undefined && fields.startAt !== 'now') {
+  if (fields.startAt !== undefined && fields.startAt !== 'now' && fields.startAt !== 'earliest') {
     refuse(
       'startAt',
       fields.startAt,
       (spell, got) =>
-        `${spell('startAt')} must be 'now' (backfilling retained events with 'earliest' is not supported yet), got ${got}`,
+        `${spell('startAt')} must be 'now' (events committed from now on) or 'earliest' (every retained event first), got ${got}`,
     )
   }
   const settings: Record<string, unknown> = {}
   for (const key of SETTINGS) {
     if (fields[key] !== undefined) settings[key] = setting(key, fields[key], false)
   }
-  return { settings, secret: checkSecret(fields.secret) }
+  return { settings, secret: checkSecret(fields.secret), startAt: (fields.startAt as StartAt) ?? 'now' }
 }
 
 /** Changes checked: only what is given, `null` to clear. */

@@ -15,7 +15,9 @@ export const SUBSCRIPTION_REFRESH_MS = 2000
 /**
  * The subscriptions a relay serves, each as a {@link DeliveryTarget}. With an `endpoint`, that is the implicit
  * subscription alone, fixed for the relay's life. Without one, it is the enabled stored subscriptions (or those the
- * relay was given), read from the database at most every {@link SUBSCRIPTION_REFRESH_MS}.
+ * relay was given) whose backfill is not running, read from the database at most every
+ * {@link SUBSCRIPTION_REFRESH_MS}; those whose backfill runs are listed apart ({@link SubscriptionTargets.backfilling})
+ * for the relay to copy for.
  *
  * A stored subscription the relay cannot serve safely is left out and reported once (`subscription:skipped` and a
  * warning) until it is fixed: a `requestTimeoutMs` that does not fit the relay's lease (a request must never
@@ -28,6 +30,8 @@ export class SubscriptionTargets {
   #targets: ReadonlyMap<string, DeliveryTarget>
   /** Subscriptions whose endpoint breaker is open. */
   #open = new Set<string>()
+  /** Subscriptions whose backfill runs, with their names: copied for by this relay, not served. */
+  #backfilling: ReadonlyMap<string, string> = new Map()
   #readAt = Number.NEGATIVE_INFINITY
   /** Skipped subscriptions already reported, with the reason reported: a new reason is reported again. */
   readonly #reported = new Map<string, string>()
@@ -55,7 +59,19 @@ export class SubscriptionTargets {
     if (!force && this.#clock.now() - this.#readAt < SUBSCRIPTION_REFRESH_MS) return
     const rows = await selectSubscriptionTargets(this.#options, { ids: this.#options.subscriptions })
     const targets = new Map<string, DeliveryTarget>()
+    const backfilling = new Map<string, string>()
     for (const row of rows) {
+      // The gate of `startAt: 'earliest'`: while its backfill runs, the copy inserts old events BELOW the
+      // sequences fanned out to it since it was created, so none of its lanes may be claimed. What this relay read
+      // may be up to SUBSCRIPTION_REFRESH_MS old, and that is safe: the state only ever moves absent → running →
+      // done, and a subscription is created with its state in one transaction. A stale read shows an earlier state
+      // — not there yet (not served), or running (not served) — so it can only delay delivery, never start it early;
+      // and once read as done it stays done.
+      if (row.backfilling) {
+        backfilling.set(row.id, row.name ?? row.id)
+        continue
+      }
+      if (!row.enabled) continue
       const target = this.#toTarget(row)
       if (target) targets.set(row.id, target)
     }
@@ -63,13 +79,27 @@ export class SubscriptionTargets {
       if (!rows.some((row) => row.id === id)) this.#reported.delete(id)
     }
     this.#targets = targets
+    this.#backfilling = backfilling
     this.#open = new Set(rows.filter((row) => row.breakerOpen).map((row) => row.id))
     this.#readAt = this.#clock.now()
   }
 
-  /** The ids of the subscriptions served now. */
+  /** The ids of the subscriptions served now (never one whose backfill runs). */
   served(): string[] {
     return [...this.#targets.keys()]
+  }
+
+  /** The subscriptions whose backfill runs, as last read: id → name (its id when it has none). */
+  backfilling(): ReadonlyMap<string, string> {
+    return this.#backfilling
+  }
+
+  /** Records a backfill this relay finished; the next refresh serves the subscription (if it is enabled). */
+  backfillDone(subscriptionId: string): void {
+    if (!this.#backfilling.has(subscriptionId)) return
+    const backfilling = new Map(this.#backfilling)
+    backfilling.delete(subscriptionId)
+    this.#backfilling = backfilling
   }
 
   /** The target of a served subscription; undefined once it is no longer served (disabled, deleted, skipped). */

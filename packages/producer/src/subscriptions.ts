@@ -25,6 +25,7 @@ import {
 export { IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
 export type {
   CreateSubscriptionInput,
+  StartAt,
   SubscriptionChanges,
   SubscriptionSettings,
 } from './subscription-input.js'
@@ -73,6 +74,33 @@ export interface Subscription {
   readonly lastDroppedAt: Date | null
   /** The endpoint's health as the relays share it (see the relay's `endpointBreaker`). */
   readonly endpoint: EndpointHealth
+  /** The copy of retained events of a subscription created with `startAt: 'earliest'`; null for any other. */
+  readonly backfill: BackfillProgress | null
+}
+
+/**
+ * How far the backfill of a subscription created with `startAt: 'earliest'` has gone. While it is `running` the
+ * subscription delivers nothing (its events are kept, and those committed since it was created are recorded as
+ * usual); once `done`, relays deliver everything, per aggregate in sequence order, within about two seconds.
+ */
+export interface BackfillProgress {
+  readonly state: 'running' | 'done'
+  /** Aggregates whose retained events are copied. */
+  readonly aggregatesDone: number
+  /**
+   * The aggregates there were when the copy began (null before its first batch). Aggregates created since are
+   * visited too, so `aggregatesDone` may end above it.
+   */
+  readonly aggregatesTotal: number | null
+  /** Events copied so far. */
+  readonly events: number
+  readonly startedAt: Date
+  readonly finishedAt: Date | null
+  /**
+   * Since when the copy has waited for a transaction holding an aggregate it reached (an `enqueue` left open): it
+   * tries again, and moves on once that transaction ends. Null when it is not waiting.
+   */
+  readonly waitingSince: Date | null
 }
 
 /** A stored subscription's endpoint health, as every relay sees it. */
@@ -124,6 +152,19 @@ function toSubscription(row: SubscriptionRow): Subscription {
           ? row.throttled_until
           : null,
     },
+    backfill:
+      row.backfill_state === null
+        ? null
+        : {
+            state: row.backfill_state,
+            aggregatesDone: Number(row.backfill_aggregates_done),
+            aggregatesTotal:
+              row.backfill_aggregates_total === null ? null : Number(row.backfill_aggregates_total),
+            events: Number(row.backfill_events),
+            startedAt: row.backfill_started_at ?? row.created_at,
+            finishedAt: row.backfill_finished_at,
+            waitingSince: row.backfill_waiting_since,
+          },
   }
 }
 
@@ -192,6 +233,13 @@ async function nameIsFree<T>(name: string | null | undefined, action: () => Prom
  * REPEATABLE READ or SERIALIZABLE reads subscriptions as of its snapshot: one that took its snapshot before the
  * subscription committed routes by what it saw.)
  *
+ * With `startAt: 'earliest'` it also receives, first, every retained event it wants: the relays copy them in
+ * bounded batches (progress in {@link Subscription.backfill}, the `subscription:backfill` event), and deliver
+ * nothing of it until the copy is done, so each aggregate still arrives in sequence order. An event is retained
+ * while some subscription has a row of it (pending, sent or dead): one no subscription wanted when it was
+ * committed, or one pruned, cannot be copied. Each aggregate is copied with the tenant and event types the
+ * subscription has when its batch runs.
+ *
  * @example
  * ```ts
  * import type { Kysely } from 'kysely'
@@ -211,9 +259,9 @@ export async function createSubscription(
   input: CreateSubscriptionInput,
   options?: SubscriptionCallOptions,
 ): Promise<{ readonly id: string; readonly secret: string }> {
-  const { settings, secret } = checkCreateInput(input)
+  const { settings, secret, startAt } = checkCreateInput(input)
   const id = await nameIsFree(settings.name, () =>
-    insertSubscription(context(db, options), { settings, secret }),
+    insertSubscription(context(db, options), { settings, secret, backfill: startAt === 'earliest' }),
   )
   return { id, secret }
 }

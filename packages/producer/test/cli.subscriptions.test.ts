@@ -110,6 +110,35 @@ describe.concurrent('outbox subscriptions', () => {
     expect(await getSubscription(t.db, id)).toBeUndefined()
   })
 
+  it('adds with --start-at earliest and shows the backfill in show and list', async () => {
+    const env = cliEnv({ DATABASE_URL: t.url })
+    const added = await runCli(
+      [
+        'subscriptions',
+        'add',
+        '--url',
+        'https://backfill.example/hooks',
+        '--name',
+        'cli-backfill',
+        '--start-at',
+        'earliest',
+      ],
+      env,
+    )
+    expect(added, added.stderr).toMatchObject({ code: 0 })
+    expect(added.stderr).toMatch(/backfilling every retained event first/)
+    expect((await getSubscription(t.db, 'cli-backfill'))?.backfill).toMatchObject({ state: 'running' })
+    const shown = await runCli(['subscriptions', 'show', 'cli-backfill'], env)
+    expect(shown.stdout).toMatch(
+      /backfill\s+running since \S+ \(0 aggregates, 0 events copied\); delivers once done/,
+    )
+    const listed = await runCli(['subscriptions', 'list'], env)
+    expect(listed.stdout).toMatch(/cli-backfill\s+enabled, backfilling 0\s/)
+    const json = JSON.parse((await runCli(['subscriptions', 'show', 'cli-backfill', '--json'], env)).stdout)
+    expect(json.backfill).toMatchObject({ state: 'running', aggregatesDone: 0, events: 0 })
+    expect((await runCli(['subscriptions', 'delete', 'cli-backfill', '--yes'], env)).code).toBe(0)
+  })
+
   it('refuses bad input naming the flag, and an unknown subscription, with nothing stored', async () => {
     const env = cliEnv({ DATABASE_URL: t.url })
     expectFailure(await runCli(['subscriptions', 'add'], env), 2, /add needs --url/)
@@ -132,6 +161,11 @@ describe.concurrent('outbox subscriptions', () => {
       await runCli(['subscriptions', 'add', '--url', 'gopher://x'], env),
       2,
       /--url must use http or https/,
+    )
+    expectFailure(
+      await runCli(['subscriptions', 'add', '--url', 'https://x/h', '--start-at', 'later'], env),
+      2,
+      /--start-at must be one of now, earliest; got "later"/,
     )
     expectFailure(await runCli(['subscriptions', 'show', 'nobody'], env), 2, /no subscription "nobody"/)
     expectFailure(await runCli(['subscriptions', 'disable', 'nobody'], env), 1, /no subscription "nobody"/)

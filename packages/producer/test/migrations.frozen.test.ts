@@ -19,6 +19,7 @@ const FROZEN: Readonly<Record<string, string>> = {
   '0011_audit': '9c5c0782c451505faa168bb9c3cfb852a2fe5222ba9229e070e1d0e8883fe58d',
   '0012_rate_limit': 'd96bc53c1a3c01298f07c462eb033ba27bc6eda8e87cf8bd405e334f21956a00',
   '0013_disabled_retention': 'fc18151974ec64ee7facea85389c39dddd39b5eb0291abe71fdae3b375faaff3',
+  '0014_backfill': 'b8d1825f91b776eb73df3ff93fd3a554fcd9664b5762ec99619d6c8f87c87cbe',
 }
 
 describeFrozenMigrations(

@@ -42,6 +42,7 @@ const PRODUCER_MIGRATIONS = [
   '0011_audit',
   '0012_rate_limit',
   '0013_disabled_retention',
+  '0014_backfill',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */
@@ -339,7 +340,8 @@ describe('migrate', () => {
         outbox_enqueue(uuid, text, text, text, jsonb, text),
         outbox_insert_deliveries(uuid, text, text, bigint, text, jsonb, integer, text),
         outbox_type_matches(text[], text),
-        outbox_new_row_due(text, text)`.execute(trx)
+        outbox_new_row_due(text, text),
+        outbox_backfill_batch(uuid, integer, integer, integer)`.execute(trx)
       await sql`DROP TABLE IF EXISTS outbox, outbox_counter, outbox_lane, outbox_subscription_secret, outbox_subscription,
         outbox_delivery_attempt, outbox_audit, outbox_producer_migration, outbox_producer_migration_lock`.execute(
         trx,

@@ -78,8 +78,8 @@ describe('subscriptions', () => {
       [{ url: 'https://x/h', maxInFlight: 0 }, 'maxInFlight', /integer from 1/],
       [{ url: 'https://x/h', retrySchedule: [-1] }, 'retrySchedule', /delays in whole milliseconds/],
       [{ url: 'https://x/h', onExhausted: 'drop' }, 'onExhausted', /'skip' or 'block'/],
-      [{ url: 'https://x/h', startAt: 'earliest' }, 'startAt', /not supported yet/],
       [{ url: 'https://x/h', ratePerSecond: 0 }, 'ratePerSecond', /requests per second from/],
+      [{ url: 'https://x/h', startAt: 'later' }, 'startAt', /must be 'now' .* or 'earliest'/],
       [{ url: 'https://x/h', colour: 'red' }, 'colour', /unknown option colour/],
       [{ url: 'https://x/h', name: '00000000-0000-4000-8000-000000000000' }, 'name', /must not look like/],
     ]

@@ -105,9 +105,12 @@ Stored subscriptions: each a webhook destination with its own URL, secret, tenan
 and limits, served by every relay started without --endpoint. Each (subscription, aggregate) is its own lane: a
 subscription that is down or slow never delays another. <subscription> is an id or a name.
 
-  add --url <url> [settings]          create one; prints its id and its secret (shown this once only)
-  list [--tenant <t>] [--json]        every subscription, never their secrets
-  show <subscription> [--json]        one subscription
+  add --url <url> [settings] [--start-at now|earliest]
+                                      create one; prints its id and its secret (shown this once only).
+                                      earliest: first every retained event it wants (copied by the relays in
+                                      batches; nothing is delivered until the copy is done), then what follows
+  list [--tenant <t>] [--json]        every subscription, never their secrets (and backfill progress)
+  show <subscription> [--json]        one subscription, with its backfill's progress
   update <subscription> [settings]    change its URL, filters or limits (--clear <setting> to unset one)
   disable <subscription> [--reason r] pause it: relays stop delivering; its events are kept (and pin pruning)
                                       until outbox prune drops those held past --disabled-retention (7d)
@@ -138,6 +141,7 @@ ${databaseOptions(28)}
 
 Examples:
   outbox subscriptions add --url https://acme.example/hooks --name acme --tenant acme --event-type 'order.*'
+  outbox subscriptions add --url https://audit.internal/hooks --name audit --start-at earliest
   outbox subscriptions disable acme --reason "customer asked"
   outbox subscriptions rotate-secret acme --overlap 24h
   outbox subscriptions replay acme --since 2h

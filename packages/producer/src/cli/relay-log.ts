@@ -109,6 +109,17 @@ export function logRelayEvents(relay: Relay, log: Logger, target: DatabaseTarget
       'endpoint answered 410 Gone: subscription disabled (outbox subscriptions enable <id> resumes it)',
     ),
   )
+  relay.on('subscription:backfill', (event) =>
+    event.state === 'done'
+      ? log.info({ event: 'subscription:backfill', ...event }, 'subscription backfill done: delivering')
+      : log.debug({ event: 'subscription:backfill', ...event }, 'subscription backfill batch copied'),
+  )
+  relay.on('subscription:backfill:waiting', (event) =>
+    log.warn(
+      { event: 'subscription:backfill:waiting', ...event },
+      'subscription backfill waits for a transaction holding one of its aggregates (an enqueue left open?); retrying',
+    ),
+  )
   relay.on('endpoint:opened', (event) =>
     log.warn({ event: 'endpoint:opened', ...event }, 'endpoint breaker opened: its lanes wait for a probe'),
   )

@@ -103,6 +103,7 @@ function describe(subscription: Subscription): string[][] {
         ? '0'
         : `${subscription.dropped} pending deliveries, held disabled past the disabled retention (last ${subscription.lastDroppedAt?.toISOString() ?? '-'})`,
     ],
+    ...(subscription.backfill === null ? [] : [['backfill', describeBackfill(subscription.backfill)]]),
     ['created', subscription.createdAt.toISOString()],
   ]
 }
@@ -110,6 +111,19 @@ function describe(subscription: Subscription): string[][] {
 /** A subscription's rate as shown (`5/s`), or `none` when it has none. */
 function rateOf(subscription: Subscription, none: string): string {
   return subscription.ratePerSecond === null ? none : `${subscription.ratePerSecond}/s`
+}
+
+/** A backfill's progress in one line (`startAt: 'earliest'`). */
+function describeBackfill(backfill: NonNullable<Subscription['backfill']>): string {
+  const counts = `${backfill.aggregatesDone}${backfill.aggregatesTotal === null ? '' : `/${backfill.aggregatesTotal}`} aggregates, ${backfill.events} events`
+  if (backfill.state === 'done') {
+    return `done ${backfill.finishedAt?.toISOString() ?? ''} (${counts})`
+  }
+  const waiting =
+    backfill.waitingSince === null
+      ? ''
+      : `; waiting since ${backfill.waitingSince.toISOString()} for a transaction holding an aggregate`
+  return `running since ${backfill.startedAt.toISOString()} (${counts} copied${waiting}); delivers once done`
 }
 
 /** The endpoint's breaker and throttle in one line. */
@@ -164,7 +178,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       const { values, positionals } = parseFlags(
         command,
         rest,
-        { ...DATABASE_FLAGS, ...SETTING_FLAGS, secret: { type: 'string' } },
+        { ...DATABASE_FLAGS, ...SETTING_FLAGS, secret: { type: 'string' }, 'start-at': { type: 'string' } },
         true,
       )
       if (positionals.length > 0)
@@ -172,10 +186,18 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       if (values.url === undefined)
         throw new UsageError('add needs --url <url> (see outbox subscriptions --help)')
       const secret = values.secret ?? (io.env.OUTBOX_SECRET || undefined)
+      const startAt =
+        values['start-at'] === undefined
+          ? undefined
+          : choiceFlag(values['start-at'], 'start-at', ['now', 'earliest'])
       const created = await run(values, (db, producer, schema) =>
         producer.createSubscription(
           db,
-          { ...(settingsOf(values) as CreateSubscriptionInput), ...(secret ? { secret } : {}) },
+          {
+            ...(settingsOf(values) as CreateSubscriptionInput),
+            ...(secret ? { secret } : {}),
+            ...(startAt ? { startAt } : {}),
+          },
           { schema },
         ),
       )
@@ -183,6 +205,12 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       else {
         writeLine(io.stdout, `created subscription ${created.id}`)
         writeLine(io.stdout, `secret: ${created.secret}`)
+        if (startAt === 'earliest') {
+          writeLine(
+            io.stderr,
+            'backfilling every retained event first: relays copy them, then deliver (progress: outbox subscriptions show)',
+          )
+        }
         writeLine(
           io.stderr,
           'the secret is shown this once: hand it to the subscriber now (it verifies with it)',
@@ -210,7 +238,13 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       const rows = listed.map((subscription) => [
         subscription.id,
         subscription.name ?? '-',
-        subscription.state,
+        subscription.backfill?.state === 'running'
+          ? `${subscription.state}, backfilling ${subscription.backfill.aggregatesDone}${
+              subscription.backfill.aggregatesTotal === null
+                ? ''
+                : `/${subscription.backfill.aggregatesTotal}`
+            }`
+          : subscription.state,
         subscription.implicit ? '-' : subscription.endpoint.breaker,
         subscription.tenant ?? '*',
         subscription.eventTypes?.join(',') ?? '*',

@@ -168,7 +168,8 @@ export async function findViolations(
 /**
  * Heads due for longer than `overdueMs` whose lane no live lease holds and no dead letter blocks: a finding, not a
  * violation — it is what an outbox looks like with no relay running (or relays far behind). Heads of a disabled
- * stored subscription are left out (no relay claims them by design; `checkIntegrity` warns about them apart), and so
+ * stored subscription, or of one whose backfill runs (migration 0014), are left out (no relay claims them by design;
+ * `checkIntegrity` warns about them apart), and so
  * are those of a subscription that no longer exists (a violation of their own).
  */
 export async function findOverdueHeads(
@@ -196,6 +197,7 @@ export async function findOverdueHeads(
       AND (l.claim_token IS NULL OR l.leased_until <= now())
       AND l.blocked_reason IS DISTINCT FROM 'exhausted'
       AND (s.state = 'enabled' OR s.id = ${IMPLICIT_SUBSCRIPTION_ID}::uuid)
+      AND s.backfill_state IS DISTINCT FROM 'running'
     ORDER BY h.available_at
     LIMIT ${options.limit}`.execute(db)
   return rows

@@ -2,9 +2,15 @@ import { sql } from 'kysely'
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { SqlContext } from './sql-context.js'
 
-/** One enabled stored subscription as a relay needs it, with its secrets still in force. */
+/**
+ * One stored subscription as a relay needs it, with its secrets still in force: an enabled one, or one whose
+ * backfill runs (which a relay copies for, enabled or not, and serves only once it is done).
+ */
 export interface SubscriptionTargetRow {
   readonly id: string
+  readonly enabled: boolean
+  /** Its backfill (`startAt: 'earliest'`) runs: its lanes are not claimed until it is done. */
+  readonly backfilling: boolean
   readonly name: string | null
   readonly url: string
   readonly onExhausted: 'skip' | 'block' | null
@@ -17,7 +23,7 @@ export interface SubscriptionTargetRow {
 }
 
 /**
- * The enabled stored subscriptions (all, or those in `ids`) with the secrets a relay signs with now: the current
+ * The enabled stored subscriptions and those whose backfill runs (all, or those in `ids`) with the secrets a relay signs with now: the current
  * one and any whose rotation overlap has not ended, in database time.
  */
 export async function selectSubscriptionTargets(
@@ -29,6 +35,8 @@ export async function selectSubscriptionTargets(
   // Raw SQL: an aggregate over a filtered join, ordered inside array_agg.
   const { rows } = await sql<{
     id: string
+    enabled: boolean
+    backfilling: boolean
     name: string | null
     url: string
     on_exhausted: 'skip' | 'block' | null
@@ -37,17 +45,20 @@ export async function selectSubscriptionTargets(
     secrets: string[] | null
     breaker_open: boolean
   }>`
-    SELECT s.id, s.name, s.url, s.on_exhausted, s.retry_schedule, s.request_timeout_ms,
+    SELECT s.id, s.state = 'enabled' AS enabled, s.backfill_state IS NOT DISTINCT FROM 'running' AS backfilling,
+           s.name, s.url, s.on_exhausted, s.retry_schedule, s.request_timeout_ms,
            s.breaker_state = 'open' AS breaker_open,
            array_agg(k.secret ORDER BY k.expires_at IS NOT NULL, k.created_at DESC)
              FILTER (WHERE k.secret IS NOT NULL) AS secrets
     FROM ${sql.id(schema, 'outbox_subscription')} s
     LEFT JOIN ${sql.id(schema, 'outbox_subscription_secret')} k
       ON k.subscription_id = s.id AND (k.expires_at IS NULL OR k.expires_at > now())
-    WHERE s.state = 'enabled' AND s.id <> ${IMPLICIT_SUBSCRIPTION_ID}::uuid AND ${only}
+    WHERE (s.state = 'enabled' OR s.backfill_state = 'running') AND s.id <> ${IMPLICIT_SUBSCRIPTION_ID}::uuid AND ${only}
     GROUP BY s.id`.execute(db)
   return rows.map((row) => ({
     id: row.id,
+    enabled: row.enabled,
+    backfilling: row.backfilling,
     name: row.name,
     url: row.url,
     onExhausted: row.on_exhausted,

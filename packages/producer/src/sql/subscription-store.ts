@@ -30,6 +30,13 @@ export interface SubscriptionRow {
   throttled_until: Date | null
   dropped_deliveries: string
   last_dropped_at: Date | null
+  backfill_state: 'running' | 'done' | null
+  backfill_aggregates_done: string
+  backfill_aggregates_total: string | null
+  backfill_events: string
+  backfill_started_at: Date | null
+  backfill_finished_at: Date | null
+  backfill_waiting_since: Date | null
 }
 
 const COLUMNS: Readonly<Record<keyof StoredSettings, string>> = {
@@ -62,18 +69,29 @@ async function routingBarrier(trx: Kysely<any>, schema: string): Promise<void> {
   await sql`LOCK TABLE ${sql.id(schema, 'outbox_counter')} IN SHARE MODE`.execute(trx)
 }
 
-/** Inserts a subscription and its first secret behind the routing barrier; returns its id. */
+/**
+ * Inserts a subscription and its first secret behind the routing barrier; returns its id. With `backfill`, the row
+ * starts with its backfill `'running'`, in the same transaction: the barrier's cut then splits every aggregate
+ * exactly — what committed before is the backfill's to copy, what commits after is fanned out to it — and no relay
+ * ever sees the subscription without its backfill state, so none claims its lanes before the copy is done.
+ */
 export async function insertSubscription(
   ctx: SqlContext,
-  request: { readonly settings: StoredSettings; readonly secret: string },
+  request: { readonly settings: StoredSettings; readonly secret: string; readonly backfill: boolean },
 ): Promise<string> {
   const { db, schema } = ctx
   return await db.transaction().execute(async (trx) => {
     await routingBarrier(trx, schema)
     const keys = Object.keys(request.settings) as (keyof StoredSettings)[]
+    const columns = keys.map((key) => sql.id(COLUMNS[key]))
+    const values = keys.map((key) => value(key, request.settings[key]))
+    if (request.backfill) {
+      columns.push(sql.id('backfill_state'), sql.id('backfill_started_at'))
+      values.push(sql`'running'`, sql`now()`)
+    }
     const { rows } = await sql<{ id: string }>`
-      INSERT INTO ${sql.id(schema, 'outbox_subscription')} (${sql.join(keys.map((key) => sql.id(COLUMNS[key])))})
-      VALUES (${sql.join(keys.map((key) => value(key, request.settings[key])))})
+      INSERT INTO ${sql.id(schema, 'outbox_subscription')} (${sql.join(columns)})
+      VALUES (${sql.join(values)})
       RETURNING id`.execute(trx)
     const id = rows[0]!.id
     await sql`
@@ -102,6 +120,9 @@ export async function selectSubscriptions(
            s.max_in_flight, s.rate_per_second, s.retry_schedule, s.request_timeout_ms, s.created_at, s.updated_at,
            s.breaker_state, s.probe_token IS NOT NULL AND s.probe_at > now() AS probing, s.failure_streak,
            s.breaker_opened_at, s.probe_at, s.throttled_until, s.dropped_deliveries, s.last_dropped_at,
+           s.breaker_opened_at, s.probe_at, s.throttled_until,
+           s.backfill_state, s.backfill_aggregates_done, s.backfill_aggregates_total, s.backfill_events,
+           s.backfill_started_at, s.backfill_finished_at, s.backfill_waiting_since,
            max(k.created_at) FILTER (WHERE k.expires_at IS NULL) AS secret_created_at,
            array_agg(k.expires_at ORDER BY k.expires_at) FILTER (WHERE k.expires_at IS NOT NULL) AS overlap_ends
     FROM ${sql.id(schema, 'outbox_subscription')} s
