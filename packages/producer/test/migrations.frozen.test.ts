@@ -17,6 +17,7 @@ const FROZEN: Readonly<Record<string, string>> = {
   '0009_endpoint_health': '4731eb154c731f8f372ba0e53ecdd3736e2884c1ccfcb4fe04b605e4badaf18b',
   '0010_delivery_log': '7e47565c66d9bb0671426e3ae755e31000d49b63aaad812e95153b3d5de9c037',
   '0011_audit': '9c5c0782c451505faa168bb9c3cfb852a2fe5222ba9229e070e1d0e8883fe58d',
+  '0015_trace_context': 'fb365a9613c6e01783c887f886b23b997bcf2eaac0940a5bfbd1bd8d0f8e10a3',
 }
 
 describeFrozenMigrations(

@@ -40,6 +40,7 @@ const PRODUCER_MIGRATIONS = [
   '0009_endpoint_health',
   '0010_delivery_log',
   '0011_audit',
+  '0015_trace_context',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */

@@ -9,6 +9,7 @@ import { migration0008 } from './0008-subscriptions.js'
 import { migration0009 } from './0009-endpoint-health.js'
 import { migration0010 } from './0010-delivery-log.js'
 import { migration0011 } from './0011-audit.js'
+import { migration0015 } from './0015-trace-context.js'
 
 /** One migration of the producer schema: the name the migrator records, and its full SQL text. */
 export interface ProducerMigration {
@@ -37,4 +38,5 @@ export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0009_endpoint_health', sql: migration0009 },
   { name: '0010_delivery_log', sql: migration0010 },
   { name: '0011_audit', sql: migration0011 },
+  { name: '0015_trace_context', sql: migration0015 },
 ]
