@@ -14,6 +14,7 @@ import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
 import { parkBehindBlocks } from './sql/park-behind-blocks.js'
 import { SubscriptionTargets } from './subscription-targets.js'
+import { readClaimedTraceContexts } from './tracing.js'
 import { UNSIGNED_WARNING } from './unsigned-warning.js'
 
 /** What one {@link Relay.runOnce} did. */
@@ -594,6 +595,8 @@ export class Relay {
         maxBytes,
         clock: this.#runtime.clock,
       })
+      // Tracing only: the claimed events' trace contexts, in one statement (see sql/select-trace-contexts.ts).
+      await readClaimedTraceContexts(this.#options, result.lanes)
     } finally {
       this.#claiming = false
     }
