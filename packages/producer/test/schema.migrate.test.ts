@@ -329,6 +329,7 @@ describe('migrate', () => {
   outbox_claim_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint),
         outbox_claim_lanes(integer, bigint, integer, integer, bigint),
         outbox_claim_lanes(integer, bigint, integer, integer),
+        outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text, text),
         outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text),
         outbox_enqueue(uuid, text, text, text, jsonb, integer, text),
         outbox_enqueue(uuid, text, text, text, jsonb, text),
