@@ -2,8 +2,17 @@ import { defaultServerConditions } from 'vite'
 import { defineConfig } from 'vitest/config'
 
 export default defineConfig({
-  // Run the packages from source: the `@outbox/source` export condition points at src/*.ts.
-  ssr: { resolve: { conditions: ['@outbox/source', ...defaultServerConditions] } },
+  // Run the packages from source: the `@outbox/source` export condition points at src/*.ts. Without the bundlers'
+  // `module` condition, which Node never uses: vitest hands these conditions to its Node workers, where `module`
+  // picked @opentelemetry/api's ESM build (extensionless imports Node cannot load) even for a `require()`.
+  ssr: {
+    resolve: {
+      conditions: [
+        '@outbox/source',
+        ...defaultServerConditions.filter((condition) => condition !== 'module'),
+      ],
+    },
+  },
   resolve: { conditions: ['@outbox/source'] },
   test: {
     include: [

@@ -189,6 +189,38 @@ describe('the packed packages in a fresh npm app', () => {
     expect((await load('require')).stdout).toBe('function')
   })
 
+  it('works without @opentelemetry/api, its optional peer: the consumer answers and tracing stays off', async () => {
+    // npm installs no optional peer: the app has no OpenTelemetry, and the packages' lazy look-up must find none.
+    expect(existsSync(join(app, 'node_modules', '@opentelemetry', 'api'))).toBe(false)
+    // A real Kysely that never connects: a 415 is answered before any query.
+    const script = (kind: 'import' | 'require') => {
+      const load = (name: string) => (kind === 'import' ? `(await import('${name}'))` : `require('${name}')`)
+      return `
+      const { createConsumer } = ${load('@outbox/consumer')}
+      const { Kysely, PostgresDialect } = ${load('kysely')}
+      const pg = ${load('pg')}
+      const db = new Kysely({ dialect: new PostgresDialect({ pool: new (pg.Pool ?? pg.default.Pool)() }) })
+      const answer = await createConsumer({ db, allowUnsigned: true }).handle(async () => {})({
+        method: 'POST',
+        headers: { 'content-type': 'text/plain', traceparent: '00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01' },
+        body: new Uint8Array(),
+      })
+      process.stdout.write(String(answer.status))`
+    }
+    for (const kind of ['import', 'require'] as const) {
+      const { stdout } = await run(
+        process.execPath,
+        [
+          kind === 'import' ? '--input-type=module' : '--input-type=commonjs',
+          '-e',
+          kind === 'import' ? script(kind) : `(async () => {${script(kind)}})()`,
+        ],
+        { cwd: app },
+      )
+      expect(stdout, kind).toBe('415')
+    }
+  }, 60_000)
+
   it('runs the outbox bin from the installed tarball', async () => {
     // npx finds the bin the producer's tarball installed in node_modules/.bin (it would refuse to download one).
     const { stdout } = await run('npx', ['outbox', '--help'], {

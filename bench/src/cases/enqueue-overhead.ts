@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import { trace } from '@opentelemetry/api'
 import {
   createSubscription,
   disableSubscription,
@@ -7,6 +8,7 @@ import {
   migrate,
 } from '@outbox/producer'
 import { openKysely } from '@outbox/test-harness'
+import { installInMemoryTracing } from '@outbox/test-harness/tracing'
 import { type Kysely, sql } from 'kysely'
 import type { BenchContext } from '../support/context.js'
 import {
@@ -26,6 +28,7 @@ type Variant =
   | 'bare INSERT of the event'
   | 'enqueue, 1 subscription'
   | 'enqueue, 10 subscriptions'
+  | 'enqueue, NOTIFY off, with OpenTelemetry'
 const VARIANTS: readonly Variant[] = [
   'without enqueue',
   'enqueue, NOTIFY on',
@@ -33,6 +36,7 @@ const VARIANTS: readonly Variant[] = [
   'bare INSERT of the event',
   'enqueue, 1 subscription',
   'enqueue, 10 subscriptions',
+  'enqueue, NOTIFY off, with OpenTelemetry',
 ]
 
 /**
@@ -47,6 +51,12 @@ const SCHEMAS: Partial<Record<Variant, { readonly schema: string; readonly subsc
 }
 const SINGLE: Variant = 'enqueue, 1 subscription'
 const TEN: Variant = 'enqueue, 10 subscriptions'
+/**
+ * "enqueue, NOTIFY off" with an OpenTelemetry SDK registered (in-memory exporter) for its blocks only, and each
+ * business transaction inside a span, as a traced request handler runs it: enqueue then stores the span's trace
+ * context. Every other variant runs with no provider registered, as without the API.
+ */
+const TRACED: Variant = 'enqueue, NOTIFY off, with OpenTelemetry'
 
 /** Blocks per variant and run: the variants take turns in blocks, so a drift in commit latency hits them all. */
 const BLOCKS = 8
@@ -57,6 +67,16 @@ const BLOCKS = 8
  * into a table with no index, no counter and no lane, through the same Kysely transaction.
  */
 async function placeOrder(db: Kysely<any>, variant: Variant, customer: string, cents: number): Promise<void> {
+  if (variant === TRACED) {
+    await trace.getTracer('bench').startActiveSpan('POST /orders', async (span) => {
+      try {
+        await placeOrder(db, 'enqueue, NOTIFY off', customer, cents)
+      } finally {
+        span.end()
+      }
+    })
+    return
+  }
   await db.transaction().execute(async (trx) => {
     const { rows } = await sql<{ id: string }>`
       INSERT INTO orders (customer_id, total_cents) VALUES (${customer}, ${cents}) RETURNING id`.execute(trx)
@@ -147,18 +167,22 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
             for (const variant of ['enqueue, NOTIFY off', SINGLE, TEN] as const) {
               await drive(pool, variant, connections, connections * 20, ctx.seed)
             }
+            const warming = installInMemoryTracing()
+            await drive(pool, TRACED, connections, connections * 20, ctx.seed).finally(() =>
+              warming.uninstall(),
+            )
             const perBlock = Math.ceil(perConnections[connections] / BLOCKS)
             const seconds = new Map<Variant, number>()
             for (let block = 0; block < BLOCKS; block++) {
               for (let i = 0; i < VARIANTS.length; i++) {
                 const variant = VARIANTS[(i + block + run) % VARIANTS.length]!
-                const took = await drive(
-                  pool,
-                  variant,
-                  connections,
-                  perBlock,
-                  ctx.seed + run * BLOCKS + block,
-                )
+                const tracing = variant === TRACED ? installInMemoryTracing() : undefined
+                let took: number
+                try {
+                  took = await drive(pool, variant, connections, perBlock, ctx.seed + run * BLOCKS + block)
+                } finally {
+                  await tracing?.uninstall()
+                }
                 seconds.set(variant, (seconds.get(variant) ?? 0) + took)
               }
             }
@@ -190,7 +214,11 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
     const rate = (variant: Variant) => median(rates.get(`${variant}, ${connections} conn`)!)
     for (const variant of VARIANTS.slice(1)) {
       const target =
-        connections === 1 && (variant.startsWith('enqueue, NOTIFY') || variant === SINGLE) ? { max: 1.5 } : {}
+        connections === 1 &&
+        variant !== TRACED &&
+        (variant.startsWith('enqueue, NOTIFY') || variant === SINGLE)
+          ? { max: 1.5 }
+          : {}
       comparisons.push(
         compare(`cost: ${variant}, ${connections} conn`, rate('without enqueue'), rate(variant), target),
       )
@@ -205,6 +233,10 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
         ),
       )
     }
+    // A traced request against the same enqueue untraced: the span, the stored context and the UPDATE that sets it.
+    comparisons.push(
+      compare(`with OpenTelemetry ÷ without, ${connections} conn`, rate('enqueue, NOTIFY off'), rate(TRACED)),
+    )
     // One stored subscription against the implicit one alone: the same rows, so this should stay at 1×.
     comparisons.push(
       compare(
@@ -241,6 +273,7 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
       `variants take turns in ${BLOCKS} blocks per run; bare INSERT = the event row into a table with no index (the floor)`,
       'n subscription(s) = NOTIFY off, the implicit subscription disabled and n stored ones taking every event (one outbox row and one lane each), in their own schema of the same database; "enqueue, NOTIFY off" is the implicit subscription alone (the endpoint)',
       "per extra subscription = (time per transaction with 10 − with 1) ÷ 9, from each run's rates; at 8 connections × 8 (8 transactions in flight): the latency it adds to each one",
+      'with OpenTelemetry = NOTIFY off, an SDK registered (in-memory exporter) for those blocks only and each transaction in a span, so enqueue stores its trace context; every other variant runs with no provider registered',
     ],
     seconds: 0,
   }

@@ -104,7 +104,8 @@ export class WebhookSender {
   /**
    * POSTs one event; never throws — every way it can end is an outcome. `abort` cuts it short (stop). `target`
    * gives a subscription's own secrets and timeout, in place of the sender's, and whether its URL may only reach
-   * public addresses: a refused address is a failed attempt whose error says why and what to do.
+   * public addresses: a refused address is a failed attempt whose error says why and what to do. `traceHeaders`
+   * (`traceparent`, `tracestate`) go with the request when the delivery is traced.
    */
   async send(
     url: string,
@@ -112,6 +113,7 @@ export class WebhookSender {
     body: string,
     abort?: AbortSignal,
     target?: Pick<DeliveryTarget, 'signingKeys' | 'requestTimeoutMs' | 'restricted'>,
+    traceHeaders?: Readonly<Record<string, string>>,
   ): Promise<DeliveryOutcome> {
     const restricted = target?.restricted === true
     const parsed = this.#parse(url)
@@ -123,6 +125,7 @@ export class WebhookSender {
       [HEADERS.idempotencyKey]: event.eventId,
       [HEADERS.eventSequence]: String(event.sequence),
     }
+    if (traceHeaders !== undefined) Object.assign(headers, traceHeaders)
     if (keys.length > 0) Object.assign(headers, signWebhook(keys, { eventId: event.eventId, body }))
     else if (this.#onUnsigned !== undefined) {
       const warn = this.#onUnsigned

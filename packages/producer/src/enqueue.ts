@@ -11,6 +11,8 @@ import {
 import { notifyChannel, resolveSchema } from './schema-name.js'
 import { type EnqueuedEvent, insertEvent } from './sql/insert-event.js'
 import { insertEvents } from './sql/insert-events.js'
+import { recordTraceContext } from './sql/record-trace-context.js'
+import { activeTraceContext } from './tracing.js'
 
 /** Options of {@link enqueue} and {@link enqueueMany}. */
 export interface EnqueueOptions {
@@ -53,6 +55,8 @@ function resolveEnqueueOptions(options: EnqueueOptions) {
  * happens before anything is written. Under REPEATABLE READ or SERIALIZABLE a concurrent writer can make this
  * fail with 40001 (retry the transaction); enqueueing for two aggregates in opposite orders in two transactions can
  * deadlock — use {@link enqueueMany}, which locks in a fixed order.
+ * With `@opentelemetry/api` installed and a span active, the span's trace context is stored with the event, and
+ * the relay's delivery spans and `traceparent` header continue that trace.
  *
  * This form takes an event catalog (see `EventCatalog` in `@outbox/protocol`): a payload that does not fit its
  * `eventType`, or an event type the catalog lacks, does not compile.
@@ -92,6 +96,8 @@ export function enqueue<Catalog extends EventCatalog>(
  * happens before anything is written. Under REPEATABLE READ or SERIALIZABLE a concurrent writer can make this
  * fail with 40001 (retry the transaction); enqueueing for two aggregates in opposite orders in two transactions can
  * deadlock — use {@link enqueueMany}, which locks in a fixed order.
+ * With `@opentelemetry/api` installed and a span active, the span's trace context is stored with the event, and
+ * the relay's delivery spans and `traceparent` header continue that trace.
  *
  * @example
  * ```ts
@@ -117,9 +123,12 @@ export async function enqueue(
   assertTransaction(trx)
   const resolved = resolveEnqueueOptions(options)
   const validated = validateEvent(event, resolved.maxPayloadBytes)
+  const traceContext = activeTraceContext()
   return await insertEvent(
     { db: trx, schema: resolved.schema },
-    { event: validated, eventId: randomUUID(), channel: resolved.channel },
+    traceContext === null
+      ? { event: validated, eventId: randomUUID(), channel: resolved.channel }
+      : { event: validated, eventId: randomUUID(), channel: resolved.channel, traceContext },
   )
 }
 
@@ -128,7 +137,8 @@ export async function enqueue(
  *
  * Counter rows are locked in sorted key order, so two transactions enqueueing for the same aggregates in opposite
  * orders never deadlock. Events of one aggregate get consecutive sequences in the order given. All events are
- * validated before anything is written.
+ * validated before anything is written. With `@opentelemetry/api` installed and a span active, its trace context is
+ * stored with every event (see {@link enqueue}).
  *
  * This form takes an event catalog (see `EventCatalog` in `@outbox/protocol`): each event's payload must fit its
  * own `eventType`.
@@ -162,7 +172,8 @@ export function enqueueMany<Catalog extends EventCatalog>(
  *
  * Counter rows are locked in sorted key order, so two transactions enqueueing for the same aggregates in opposite
  * orders never deadlock. Events of one aggregate get consecutive sequences in the order given. All events are
- * validated before anything is written.
+ * validated before anything is written. With `@opentelemetry/api` installed and a span active, its trace context is
+ * stored with every event (see {@link enqueue}).
  *
  * @example
  * ```ts
@@ -194,10 +205,12 @@ export async function enqueueMany(
   }
   if (events.length === 0) return []
   const validated = events.map((event, index) => validateEvent(event, resolved.maxPayloadBytes, index))
-  return await insertEvents(
-    { db: trx, schema: resolved.schema },
-    { events: validated, eventIds: validated.map(() => randomUUID()), channel: resolved.channel },
-  )
+  const ctx = { db: trx, schema: resolved.schema }
+  const eventIds = validated.map(() => randomUUID())
+  const enqueued = await insertEvents(ctx, { events: validated, eventIds, channel: resolved.channel })
+  const traceContext = activeTraceContext()
+  if (traceContext !== null) await recordTraceContext(ctx, { eventIds, traceContext })
+  return enqueued
 }
 
 export type { EnqueuedEvent }

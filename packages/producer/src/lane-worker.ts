@@ -23,6 +23,7 @@ import { scheduleRetry } from './sql/schedule-retry.js'
 import { selectLaneEvents } from './sql/select-lane-events.js'
 import { disableGoneSubscription } from './sql/subscription-store.js'
 import type { SubscriptionTargets } from './subscription-targets.js'
+import { readLaneTraceContexts, traceDelivery } from './tracing.js'
 
 /** What delivering one lane did. */
 export interface LaneResult {
@@ -215,6 +216,7 @@ async function deliverInOrder(
         delivered += 1
       }
       batch = await nextBatch(ctx, lane, batch)
+      await readLaneTraceContexts(ctx.options, batch)
       readAt = ctx.runtime.clock.now()
       const bytes = batch.reduce((sum, row) => sum + row.payloadBytes, 0)
       readBytes += bytes
@@ -259,7 +261,10 @@ async function deliverRow(
   let outcome: DeliveryOutcome
   try {
     const url = target.url(event)
-    outcome = await sender.send(url, event, spliceEnvelope(event, row.payload), ctx.abort, target)
+    const body = spliceEnvelope(event, row.payload)
+    outcome = await traceDelivery(target, row, (headers) =>
+      sender.send(url, event, body, ctx.abort, target, headers),
+    )
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
   }

@@ -15,6 +15,7 @@ import { markSentAndRelease } from './sql/mark-sent.js'
 import { parkBehindBlocks } from './sql/park-behind-blocks.js'
 import { SubscriptionBackfill } from './subscription-backfill.js'
 import { SubscriptionTargets } from './subscription-targets.js'
+import { readClaimedTraceContexts } from './tracing.js'
 import { UNSIGNED_WARNING } from './unsigned-warning.js'
 
 /** What one {@link Relay.runOnce} did. */
@@ -647,6 +648,8 @@ export class Relay {
         maxBytes,
         clock: this.#runtime.clock,
       })
+      // Tracing only: the claimed events' trace contexts, in one statement (see sql/select-trace-contexts.ts).
+      await readClaimedTraceContexts(this.#options, result.lanes)
     } finally {
       this.#claiming = false
     }

@@ -40,6 +40,8 @@ export interface OutboxTable {
   first_failed_at: Date | null
   /** The payload's size as the relay sends it; null for rows written before migration 0007. */
   payload_bytes: number | null
+  /** The W3C trace context the event was enqueued under, as JSON; null without one (migration 0015). */
+  trace_context: ColumnType<string | null, string | null | undefined, string | null>
 }
 
 /** The per-aggregate sequence counter: enqueuers serialize on its row until commit. Never pruned. */

@@ -20,6 +20,7 @@ const FROZEN: Readonly<Record<string, string>> = {
   '0012_rate_limit': 'd96bc53c1a3c01298f07c462eb033ba27bc6eda8e87cf8bd405e334f21956a00',
   '0013_disabled_retention': 'fc18151974ec64ee7facea85389c39dddd39b5eb0291abe71fdae3b375faaff3',
   '0014_backfill': 'b8d1825f91b776eb73df3ff93fd3a554fcd9664b5762ec99619d6c8f87c87cbe',
+  '0015_trace_context': 'fb365a9613c6e01783c887f886b23b997bcf2eaac0940a5bfbd1bd8d0f8e10a3',
 }
 
 describeFrozenMigrations(

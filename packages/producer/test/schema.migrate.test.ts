@@ -43,6 +43,7 @@ const PRODUCER_MIGRATIONS = [
   '0012_rate_limit',
   '0013_disabled_retention',
   '0014_backfill',
+  '0015_trace_context',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */
@@ -335,6 +336,7 @@ describe('migrate', () => {
   outbox_claim_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint),
         outbox_claim_lanes(integer, bigint, integer, integer, bigint),
         outbox_claim_lanes(integer, bigint, integer, integer),
+        outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text, text),
         outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text),
         outbox_enqueue(uuid, text, text, text, jsonb, integer, text),
         outbox_enqueue(uuid, text, text, text, jsonb, text),

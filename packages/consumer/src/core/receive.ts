@@ -16,6 +16,7 @@ import {
 import { checkReceivedEvent, type EnvelopeResult, isEnvelopeRefusal } from './envelope-reader.js'
 import { type HeaderInput, type WebhookHeaders, webhookHeaders } from './headers.js'
 import { type BodySource, readBody } from './read-body.js'
+import { describeReceipt, traceReceipts } from './tracing.js'
 import { SIGNATURE_DETAILS, type VerifyFailure } from './verifier.js'
 
 /**
@@ -157,7 +158,7 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
     headers.get('svix-id') ??
     headers.get('x-github-delivery')
 
-  return async function receive<TReq>(
+  const receive: Receive = async function receive<TReq>(
     request: WebhookRequest,
     receipt: Receipt<TReq>,
   ): Promise<WebhookResponse> {
@@ -309,6 +310,7 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
       )
     }
     let event = parsed
+    describeReceipt(event)
     if (envelope !== options.defaultEnvelope) {
       const errors = checkReceivedEvent(event)
       if (errors.length > 0) {
@@ -407,4 +409,6 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
     }
     return deliveredResponse(outcome.status, event.eventId)
   }
+  // With OpenTelemetry, each request runs in a span continuing the sender's trace (see ./tracing.ts).
+  return traceReceipts(receive)
 }

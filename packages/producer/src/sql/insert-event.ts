@@ -1,4 +1,5 @@
-// outbox_enqueue — body in force: migration 0008 (its eight-argument overload; the function dates from 0003).
+// outbox_enqueue — body in force: migration 0008 (its eight-argument overload; the function dates from 0003); with
+// a trace context, migration 0015's nine-argument overload, which calls the eight-argument one.
 import { CompiledQuery, sql, type Transaction } from 'kysely'
 import type { ValidatedEvent } from '../event-input.js'
 import { withCurrentSchema } from '../schema-outdated.js'
@@ -24,6 +25,8 @@ const ARGUMENTS = [
 
 /** The call text per schema, compiled once: a handful of schemas per process at most. */
 const callTexts = new Map<string, string>()
+/** The same for the overload that also takes a trace context (migration 0015). */
+const tracedCallTexts = new Map<string, string>()
 
 function callText(trx: Transaction<any>, schema: string): string {
   let text = callTexts.get(schema)
@@ -40,6 +43,24 @@ function callText(trx: Transaction<any>, schema: string): string {
     }
     text = compiled.sql
     callTexts.set(schema, text)
+  }
+  return text
+}
+
+function tracedCallText(trx: Transaction<any>, schema: string): string {
+  let text = tracedCallTexts.get(schema)
+  if (text === undefined) {
+    // Raw SQL: as callText, with the trace context as a ninth argument.
+    const compiled = sql`SELECT ${sql.id(schema, 'outbox_enqueue')}(
+      ${sql.val(ARGUMENTS[0])}, ${sql.val(ARGUMENTS[1])}, ${sql.val(ARGUMENTS[2])}, ${sql.val(ARGUMENTS[3])},
+      ${sql.val(ARGUMENTS[4])}::jsonb, ${sql.val(ARGUMENTS[5])}::integer, ${sql.val(ARGUMENTS[6])}::text,
+      ${sql.val(ARGUMENTS[7])}::text, ${sql.val('traceContext')}::text
+    ) AS sequence`.compile(trx)
+    if (compiled.parameters.join() !== [...ARGUMENTS, 'traceContext'].join()) {
+      throw new Error('insertEvent: the traced call was not compiled with one parameter per argument')
+    }
+    text = compiled.sql
+    tracedCallTexts.set(schema, text)
   }
   return text
 }
@@ -61,23 +82,35 @@ function callText(trx: Transaction<any>, schema: string): string {
  */
 export async function insertEvent(
   ctx: TransactionContext,
-  request: { readonly event: ValidatedEvent; readonly eventId: string; readonly channel: string | null },
+  request: {
+    readonly event: ValidatedEvent
+    readonly eventId: string
+    readonly channel: string | null
+    /** The W3C trace context to store with the event (JSON text); absent without an active trace. */
+    readonly traceContext?: string
+  },
 ): Promise<EnqueuedEvent> {
   const { db: trx, schema } = ctx
-  const { event, eventId, channel } = request
+  const { event, eventId, channel, traceContext } = request
+  const parameters: unknown[] = [
+    eventId,
+    event.aggregateType,
+    event.aggregateId,
+    event.eventType,
+    event.payloadJson,
+    event.payloadBytes,
+    event.tenant,
+    channel,
+  ]
+  // Without a trace the call is the one it always was: tracing costs an untraced enqueue nothing.
+  let text: string
+  if (traceContext === undefined) text = callText(trx, schema)
+  else {
+    text = tracedCallText(trx, schema)
+    parameters.push(traceContext)
+  }
   const { rows } = await withCurrentSchema(schema, () =>
-    trx.executeQuery<{ sequence: string }>(
-      CompiledQuery.raw(callText(trx, schema), [
-        eventId,
-        event.aggregateType,
-        event.aggregateId,
-        event.eventType,
-        event.payloadJson,
-        event.payloadBytes,
-        event.tenant,
-        channel,
-      ]),
-    ),
+    trx.executeQuery<{ sequence: string }>(CompiledQuery.raw(text, parameters)),
   )
   return { eventId, sequence: Number(rows[0]!.sequence) }
 }
