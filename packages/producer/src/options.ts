@@ -390,6 +390,13 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     if (listen.connectTimeoutMs !== undefined) {
       integer(listen.connectTimeoutMs, 0, 'listen.connectTimeoutMs', 1)
     }
+    // 0 turns the heartbeat off; its timeout needs at least a millisecond.
+    if (listen.heartbeatIntervalMs !== undefined) {
+      integer(listen.heartbeatIntervalMs, 0, 'listen.heartbeatIntervalMs', 0)
+    }
+    if (listen.heartbeatTimeoutMs !== undefined) {
+      integer(listen.heartbeatTimeoutMs, 0, 'listen.heartbeatTimeoutMs', 1)
+    }
   }
   if (options.metrics !== undefined) {
     const register = (options.metrics as { register?: { registerMetric?: unknown } } | null)?.register
