@@ -3,6 +3,13 @@ import type { OutboxError } from '../errors.js'
 import { CliError, UsageError } from './cli-error.js'
 import { explainDatabaseError } from './describe-error.js'
 import { loadProducer } from './load-producer.js'
+import {
+  type PoolDeadlines,
+  type PoolProfile,
+  poolSettings,
+  profileOf,
+  resolvePoolDeadlines,
+} from './pool-settings.js'
 
 /** The database a command works on, checked before any connection is attempted. */
 export interface DatabaseTarget {
@@ -16,6 +23,8 @@ export interface DatabaseTarget {
   readonly schema: string
   /** Where the schema name came from, for messages. */
   readonly schemaSource: '--schema' | 'OUTBOX_SCHEMA' | 'default'
+  /** The connections' deadlines per kind of command (defaults and `OUTBOX_DB_*` overrides, checked up front). */
+  readonly deadlines: Readonly<Record<PoolProfile, PoolDeadlines>>
 }
 
 function fromEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -69,6 +78,11 @@ export function resolveDatabase(
     database: decodeURIComponent(parsed.pathname.slice(1)) || user,
     schema: schemaFlag || schemaEnv || 'public',
     schemaSource: schemaFlag ? '--schema' : schemaEnv ? 'OUTBOX_SCHEMA' : 'default',
+    deadlines: {
+      relay: resolvePoolDeadlines('relay', env),
+      command: resolvePoolDeadlines('command', env),
+      migrate: resolvePoolDeadlines('migrate', env),
+    },
   }
 }
 
@@ -82,9 +96,6 @@ export interface OpenDatabaseOptions {
   readonly onIdleError?: (error: Error) => void
 }
 
-/** How long to wait for a connection before calling the database unreachable. */
-const CONNECT_TIMEOUT_MS = 10_000
-
 /**
  * Checks the schema name, opens a Kysely instance on its own pg pool, runs `use`, and always destroys the pool —
  * whatever `use` does. Database failures thrown by `use` become one {@link CliError} line naming the server, never
@@ -95,11 +106,8 @@ export async function withDatabase<T>(
   options: OpenDatabaseOptions,
   use: (db: Kysely<any>) => Promise<T>,
 ): Promise<T> {
-  const [{ Kysely, PostgresDialect }, { default: pg }, { notifyChannel }] = await Promise.all([
-    import('kysely'),
-    import('pg'),
-    loadProducer(),
-  ])
+  const [{ Kysely, PostgresDialect }, { default: pg }, { notifyChannel, dropTimedOutConnections }] =
+    await Promise.all([import('kysely'), import('pg'), loadProducer()])
   try {
     // notifyChannel checks a schema name exactly as every producer function does: a bad name is reported before
     // any connection is made.
@@ -110,13 +118,15 @@ export async function withDatabase<T>(
     const message = (error as Partial<OutboxError>).describe?.(() => source, JSON.stringify(target.schema))
     throw new UsageError(message ?? String(error), { cause: error })
   }
-  const pool = new pg.Pool({
-    connectionString: target.url,
-    application_name: options.applicationName,
-    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-    keepAlive: true,
-    max: options.max ?? 10,
-  })
+  // Deadlines on every connection (see pool-settings.ts): a silent network must not hang a command or the relay.
+  const pool = dropTimedOutConnections(
+    new pg.Pool({
+      connectionString: target.url,
+      application_name: options.applicationName,
+      ...poolSettings(target.deadlines[profileOf(options.applicationName)]),
+      max: options.max ?? 10,
+    }),
+  )
   // Without listeners, a connection dropped by the server is an unhandled 'error' event that kills the process
   // with a stack trace: on the pool for an idle client, on the client itself for one that is checked out (pg-pool
   // removes its own listener while it lends a client, e.g. to a claim's transaction). A checked-out client's query

@@ -18,6 +18,7 @@ import {
   numberFlag,
   parseFlags,
 } from './parse-flags.js'
+import { listenSettings } from './pool-settings.js'
 import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
 
 const FLAGS = {
@@ -154,7 +155,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         ),
     },
     async (db) => {
-      const listen: ListenOption = values.listen ? { connectionString: target.url } : false
+      const listen: ListenOption = values.listen ? listenSettings(target.url, target.deadlines.relay) : false
       const options: RelayOptions = {
         db,
         endpoint,
