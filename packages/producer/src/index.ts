@@ -23,6 +23,7 @@ export {
   discardDeadLetters,
   type UnblockedLane,
 } from './discard-dead-letters.js'
+export { dropTimedOutConnections } from './drop-timed-out-connections.js'
 export { type Duration, parseDuration } from './duration.js'
 export { type EnqueuedEvent, type EnqueueOptions, enqueue, enqueueMany } from './enqueue.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
@@ -56,8 +57,11 @@ export {
 } from './lanes.js'
 export {
   LISTEN_CONNECT_TIMEOUT_MS,
+  LISTEN_HEARTBEAT_INTERVAL_MS,
+  LISTEN_HEARTBEAT_TIMEOUT_MS,
   LISTEN_MAX_BACKOFF_MS,
   LISTEN_MIN_BACKOFF_MS,
+  type ListenHeartbeat,
   type ListenOption,
 } from './listen.js'
 export { consoleLogger, type Logger, type LogMethod, silentLogger } from './logger.js'

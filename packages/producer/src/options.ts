@@ -379,16 +379,28 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
   }
   const listen = options.listen ?? false
   if (listen !== false && typeof listen !== 'function') {
-    if (typeof listen !== 'object' || listen === null || typeof listen.connectionString !== 'string') {
+    const form = listen as { connectionString?: unknown; connect?: unknown } | null
+    if (
+      typeof form !== 'object' ||
+      form === null ||
+      (typeof form.connectionString === 'string') === (typeof form.connect === 'function')
+    ) {
       invalid(
         'listen',
         undefined,
         (spell) =>
-          `${spell('listen')} must be { connectionString }, a function returning a connected pg.Client, or false`,
+          `${spell('listen')} must be { connectionString } or { connect } (a function returning a connected pg.Client), such a function, or false`,
       )
     }
-    if (listen.connectTimeoutMs !== undefined) {
+    if ('connectTimeoutMs' in listen && listen.connectTimeoutMs !== undefined) {
       integer(listen.connectTimeoutMs, 0, 'listen.connectTimeoutMs', 1)
+    }
+    // 0 turns the heartbeat off; its timeout needs at least a millisecond.
+    if (listen.heartbeatIntervalMs !== undefined) {
+      integer(listen.heartbeatIntervalMs, 0, 'listen.heartbeatIntervalMs', 0)
+    }
+    if (listen.heartbeatTimeoutMs !== undefined) {
+      integer(listen.heartbeatTimeoutMs, 0, 'listen.heartbeatTimeoutMs', 1)
     }
   }
   if (options.metrics !== undefined) {

@@ -93,6 +93,12 @@ ${databaseOptions(28)}
 
 Every option is also read from the environment as OUTBOX_<OPTION> (--lease-ms: OUTBOX_LEASE_MS; true/false
 for switches) and from --config; the command line wins over the environment, which wins over the file.
+Database deadlines (environment, whole milliseconds, 0 turns one off), so a silent network cannot hang the relay:
+  OUTBOX_DB_CONNECT_TIMEOUT_MS (10000), OUTBOX_DB_STATEMENT_TIMEOUT_MS (30000, server side),
+  OUTBOX_DB_QUERY_TIMEOUT_MS (statement + 5000, client side; the connection is dropped),
+  OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS (10000), OUTBOX_DB_KEEPALIVE_DELAY_MS (10000),
+  OUTBOX_LISTEN_HEARTBEAT_MS (15000) and OUTBOX_LISTEN_HEARTBEAT_TIMEOUT_MS (5000) for --listen.
+  Keep them below --lease-ms; a longer one is safe (writes are fenced), only slower to notice.
 
 Examples:
   OUTBOX_SECRET=whsec_… outbox relay --endpoint https://billing.internal/hooks --listen --log-format json
@@ -526,6 +532,8 @@ ${commands}
 Every command reads the database from --database-url or DATABASE_URL, and the schema of the producer tables
 from --schema or OUTBOX_SCHEMA (default public). The relay also reads OUTBOX_ENDPOINT and OUTBOX_SECRET
 (comma-separated for rotation; OUTBOX_SIGNING_SECRET, its old name, is still read). Flags win over the environment. Secrets are never printed.
+Connections have deadlines (OUTBOX_DB_*_MS; see outbox relay --help): a silent database fails a command instead
+of hanging it.
 
 Options:
   -h, --help     show help (also: outbox <command> --help)

@@ -4,6 +4,13 @@ import type { OutboxError } from '../errors.js'
 import { CliError, UsageError } from './cli-error.js'
 import { explainDatabaseError } from './describe-error.js'
 import { loadProducer } from './load-producer.js'
+import {
+  type PoolDeadlines,
+  type PoolProfile,
+  poolSettings,
+  profileOf,
+  resolvePoolDeadlines,
+} from './pool-settings.js'
 
 /** The database a command works on, checked before any connection is attempted. */
 export interface DatabaseTarget {
@@ -17,6 +24,8 @@ export interface DatabaseTarget {
   readonly schema: string
   /** Where the schema name came from, for messages. */
   readonly schemaSource: '--schema' | 'OUTBOX_SCHEMA' | 'default'
+  /** The connections' deadlines per kind of command (defaults and `OUTBOX_DB_*` overrides, checked up front). */
+  readonly deadlines: Readonly<Record<PoolProfile, PoolDeadlines>>
 }
 
 function fromEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
@@ -70,6 +79,11 @@ export function resolveDatabase(
     database: decodeURIComponent(parsed.pathname.slice(1)) || user,
     schema: schemaFlag || schemaEnv || 'public',
     schemaSource: schemaFlag ? '--schema' : schemaEnv ? 'OUTBOX_SCHEMA' : 'default',
+    deadlines: {
+      relay: resolvePoolDeadlines('relay', env),
+      command: resolvePoolDeadlines('command', env),
+      migrate: resolvePoolDeadlines('migrate', env),
+    },
   }
 }
 
@@ -81,52 +95,19 @@ export interface OpenDatabaseOptions {
   readonly max?: number
   /** Called when an idle pooled connection dies (server restart, network cut); the pool replaces it. */
   readonly onIdleError?: (error: Error) => void
-  /**
-   * Server-side `statement_timeout` of every connection, with a client-side `query_timeout` a little above it that
-   * also ends a query whose answer never comes (a silent network). Off for commands whose statements may rightly
-   * run long (`migrate` building an index). @defaultValue off
-   */
-  readonly statementTimeoutMs?: number
 }
 
-/** How long to wait for a connection before calling the database unreachable. */
-export const CONNECT_TIMEOUT_MS = 10_000
-
 /**
- * Idle time before the OS sends the first TCP keepalive probe on a database connection. Linux's default (two
- * hours) would let a connection whose peer vanished without a reset (a NAT or firewall dropping state, a host
- * gone) look alive for hours; the probe interval and count stay the OS's (`net.ipv4.tcp_keepalive_intvl`,
- * `tcp_keepalive_probes`).
- */
-export const KEEPALIVE_INITIAL_DELAY_MS = 10_000
-
-/** How much longer the client waits for a query than the server's `statement_timeout` lets it run. */
-const QUERY_TIMEOUT_MARGIN_MS = 5000
-
-/**
- * The pg connection settings of every connection the CLI opens (its pool, the relay's LISTEN connection, the
- * readiness probe's): deadlines on connecting and, when asked, on statements, and TCP keepalives, so a connection
- * that went silent fails instead of hanging the command.
+ * The pg settings of a connection the CLI opens (its pool's, the relay's LISTEN connection, the readiness probe's):
+ * the deadlines of `deadlines` (see pool-settings.ts: connect, statement, query, idle-in-transaction, TCP
+ * keepalive), so a connection that went silent fails instead of hanging the command.
  */
 export function connectionConfig(
   target: DatabaseTarget,
-  options: Pick<OpenDatabaseOptions, 'applicationName' | 'statementTimeoutMs'>,
+  applicationName: string,
+  deadlines: PoolDeadlines = target.deadlines[profileOf(applicationName)],
 ): ClientConfig {
-  const { statementTimeoutMs } = options
-  return {
-    connectionString: target.url,
-    application_name: options.applicationName,
-    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-    keepAlive: true,
-    keepAliveInitialDelayMillis: KEEPALIVE_INITIAL_DELAY_MS,
-    ...(statementTimeoutMs === undefined
-      ? {}
-      : {
-          statement_timeout: statementTimeoutMs,
-          idle_in_transaction_session_timeout: statementTimeoutMs,
-          query_timeout: statementTimeoutMs + QUERY_TIMEOUT_MARGIN_MS,
-        }),
-  }
+  return { connectionString: target.url, application_name: applicationName, ...poolSettings(deadlines) }
 }
 
 /**
@@ -139,11 +120,8 @@ export async function withDatabase<T>(
   options: OpenDatabaseOptions,
   use: (db: Kysely<any>) => Promise<T>,
 ): Promise<T> {
-  const [{ Kysely, PostgresDialect }, { default: pg }, { notifyChannel }] = await Promise.all([
-    import('kysely'),
-    import('pg'),
-    loadProducer(),
-  ])
+  const [{ Kysely, PostgresDialect }, { default: pg }, { notifyChannel, dropTimedOutConnections }] =
+    await Promise.all([import('kysely'), import('pg'), loadProducer()])
   try {
     // notifyChannel checks a schema name exactly as every producer function does: a bad name is reported before
     // any connection is made.
@@ -154,7 +132,10 @@ export async function withDatabase<T>(
     const message = (error as Partial<OutboxError>).describe?.(() => source, JSON.stringify(target.schema))
     throw new UsageError(message ?? String(error), { cause: error })
   }
-  const pool = new pg.Pool({ ...connectionConfig(target, options), max: options.max ?? 10 })
+  // Deadlines on every connection (see pool-settings.ts): a silent network must not hang a command or the relay.
+  const pool = dropTimedOutConnections(
+    new pg.Pool({ ...connectionConfig(target, options.applicationName), max: options.max ?? 10 }),
+  )
   // Without listeners, a connection dropped by the server is an unhandled 'error' event that kills the process
   // with a stack trace: on the pool for an idle client, on the client itself for one that is checked out (pg-pool
   // removes its own listener while it lends a client, e.g. to a claim's transaction). A checked-out client's query

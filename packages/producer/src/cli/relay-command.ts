@@ -18,6 +18,7 @@ import {
   numberFlag,
   parseFlags,
 } from './parse-flags.js'
+import { fitDeadlinesToLease } from './pool-settings.js'
 import { RelayHttpServer } from './relay-http.js'
 import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
 import { createReadiness, registerReadyGauge } from './relay-readiness.js'
@@ -64,12 +65,14 @@ async function readinessPing(
   target: DatabaseTarget,
 ): Promise<{ ping: () => Promise<void>; close: () => Promise<void> }> {
   const { default: pg } = await import('pg')
+  // Every deadline of the probe is its own: an answer later than READY_PING_TIMEOUT_MS is a failed probe.
   const pool = new pg.Pool({
-    ...connectionConfig(target, {
-      applicationName: 'outbox relay (readiness)',
+    ...connectionConfig(target, 'outbox relay (readiness)', {
+      ...target.deadlines.relay,
+      connectTimeoutMs: READY_PING_TIMEOUT_MS,
       statementTimeoutMs: READY_PING_TIMEOUT_MS,
+      queryTimeoutMs: READY_PING_TIMEOUT_MS,
     }),
-    connectionTimeoutMillis: READY_PING_TIMEOUT_MS,
     max: 1,
   })
   pool.on('error', () => {})
@@ -83,21 +86,35 @@ async function readinessPing(
 }
 
 /**
- * The LISTEN connection as a function rather than `{ connectionString }`: the relay then holds no connection string
- * (with its password) in `relay.options`, and the connection gets the CLI's deadlines and keepalives.
+ * The LISTEN connection through `connect` rather than `{ connectionString }`: the relay then holds no connection
+ * string (with its password) in `relay.options`. The connection gets the relay profile's connect deadline and
+ * keepalives (no statement deadline: it runs LISTEN and the heartbeat, whose own deadline catches a silent
+ * network), and the heartbeat its `OUTBOX_LISTEN_HEARTBEAT_*` settings.
  */
 function listenConnection(target: DatabaseTarget): ListenOption {
-  return async () => {
-    const { default: pg } = await import('pg')
-    const client = new pg.Client(connectionConfig(target, { applicationName: 'outbox relay (listen)' }))
-    client.on('error', () => {})
-    try {
-      await client.connect()
-    } catch (error) {
-      await client.end().catch(() => {})
-      throw error
-    }
-    return client
+  const deadlines = target.deadlines.relay
+  return {
+    connect: async () => {
+      const { default: pg } = await import('pg')
+      const client = new pg.Client(
+        connectionConfig(target, 'outbox relay (listen)', {
+          ...deadlines,
+          statementTimeoutMs: 0,
+          queryTimeoutMs: deadlines.connectTimeoutMs,
+          idleInTransactionTimeoutMs: 0,
+        }),
+      )
+      client.on('error', () => {})
+      try {
+        await client.connect()
+      } catch (error) {
+        await client.end().catch(() => {})
+        throw error
+      }
+      return client
+    },
+    heartbeatIntervalMs: deadlines.listenHeartbeatMs,
+    heartbeatTimeoutMs: deadlines.listenHeartbeatTimeoutMs,
   }
 }
 
@@ -256,8 +273,20 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
   const format =
     choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? (io.stdout.isTTY ? 'text' : 'json')
   const level = choiceFlag(values['log-level'], 'log-level', LOG_LEVELS) ?? 'info'
-  const target = resolveDatabase(values, env)
+  const database = resolveDatabase(values, env)
   const producer = await loadProducer()
+  // The relay's statement deadlines never outlive its lease (see fitDeadlinesToLease).
+  const target: DatabaseTarget = {
+    ...database,
+    deadlines: {
+      ...database.deadlines,
+      relay: fitDeadlinesToLease(
+        database.deadlines.relay,
+        leaseMs !== undefined && leaseMs > 0 ? leaseMs : producer.DEFAULT_LEASE_MS,
+        env,
+      ),
+    },
+  }
   const schedule = retrySchedule(values['retry-schedule'])
   const metricsPort = integerFlag(values['metrics-port'], 'metrics-port', 0, 65_535)
   const metricsHost = values['metrics-host']?.trim() || DEFAULT_METRICS_HOST
@@ -274,10 +303,9 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
   return await withDatabase(
     target,
     {
+      // Its deadlines are the relay profile's (pool-settings.ts), within the lease: a claim whose answer never comes
+      // (a silent network, a lock) fails rather than hanging the claim loop.
       applicationName: 'outbox relay',
-      // A statement that runs longer than a lease is useless (the claim it serves has expired meanwhile), and one
-      // whose answer never comes (a silent network) must fail rather than hang the claim loop.
-      statementTimeoutMs: leaseMs !== undefined && leaseMs > 0 ? leaseMs : producer.DEFAULT_LEASE_MS,
       onIdleError: (error) =>
         log.warn(
           { error: explainDatabaseError(error, target) ?? error },
