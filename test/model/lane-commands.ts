@@ -70,6 +70,25 @@ const enqueues = fc
     ),
   )
 
+/**
+ * A few committed enqueues in a row: history for a backfill to copy (each aggregate's events in several batches when
+ * they are small), and a backlog for the relays.
+ */
+const bursts = fc
+  .array(fc.record({ aggregate: fc.nat(2), eventType: eventTypes, tenant: tenants }), {
+    minLength: 2,
+    maxLength: 4,
+  })
+  .map((events) =>
+    command(
+      `burst(${events.map(({ aggregate, eventType, tenant }) => `a${aggregate} ${eventType} ${tenant}`).join(', ')})`,
+      async (system) => {
+        for (const { aggregate, eventType, tenant } of events)
+          await system.enqueue(aggregate % system.config.aggregates, 'commit', { eventType, tenant })
+      },
+    ),
+  )
+
 const finishes = fc
   .record({ pick: fc.nat(4), end: fc.constantFrom('commit', 'commit', 'rollback') })
   .map(({ pick, end }) =>
@@ -129,9 +148,13 @@ const filters: fc.Arbitrary<SubscriptionFilter> = fc.record({
 const describeFilter = (filter: SubscriptionFilter) =>
   `tenant ${filter.tenant}, types ${filter.eventTypes === null ? 'all' : filter.eventTypes.join('|')}`
 
-/** Half the stored subscriptions start at the earliest retained event: a backfill to run beside everything else. */
+/** Two in three stored subscriptions start at the earliest retained event: a backfill to run beside everything else. */
 const creates = fc
-  .record({ slot: fc.nat(1), filter: filters, startAt: fc.constantFrom('now' as const, 'earliest' as const) })
+  .record({
+    slot: fc.nat(1),
+    filter: filters,
+    startAt: fc.constantFrom('now' as const, 'earliest' as const, 'earliest' as const),
+  })
   .map(({ slot, filter, startAt }) =>
     command(`createSubscription(s${slot}, ${describeFilter(filter)}, startAt ${startAt})`, (system) =>
       system.createSubscription(slot, filter, startAt),
@@ -147,8 +170,11 @@ const backfills = fc
   .record({
     relay: fc.nat(2),
     batch: fc.oneof(
-      fc.constant<BackfillBatch>('relay'),
-      fc.record({ aggregates: fc.constantFrom(1, 2), rows: fc.constantFrom(1, 2, 5000) }),
+      { arbitrary: fc.constant<BackfillBatch>('relay'), weight: 1 },
+      {
+        arbitrary: fc.record({ aggregates: fc.constantFrom(1, 1, 2), rows: fc.constantFrom(1, 1, 2, 5000) }),
+        weight: 3,
+      },
     ),
     pick: fc.nat(1),
     evenIfHeld: fc.constantFrom(false, false, false, true),
@@ -193,6 +219,7 @@ const deletes = fc
  */
 export const laneCommands: fc.Arbitrary<Command>[] = [
   ...times(4, enqueues),
+  bursts,
   ...times(2, finishes),
   ...times(7, relaySteps),
   ...times(8, subscriberAnswers),
@@ -201,8 +228,8 @@ export const laneCommands: fc.Arbitrary<Command>[] = [
   stops,
   ...times(2, redrives),
   ...times(2, prunes),
-  ...times(2, creates),
-  ...times(3, backfills),
+  ...times(3, creates),
+  ...times(4, backfills),
   filterChanges,
   ...times(2, toggles),
   deletes,
