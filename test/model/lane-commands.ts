@@ -1,5 +1,5 @@
 import fc from 'fast-check'
-import type { LaneSystem, SubscriptionFilter, SystemConfig } from './lane-system.js'
+import type { BackfillBatch, LaneSystem, SubscriptionFilter, SystemConfig } from './lane-system.js'
 import type { Answer } from './model-sink.js'
 
 /** The model's own state: empty, since every command applies to any state (a command with nothing to act on does nothing). */
@@ -70,6 +70,25 @@ const enqueues = fc
     ),
   )
 
+/**
+ * A few committed enqueues in a row: history for a backfill to copy (each aggregate's events in several batches when
+ * they are small), and a backlog for the relays.
+ */
+const bursts = fc
+  .array(fc.record({ aggregate: fc.nat(2), eventType: eventTypes, tenant: tenants }), {
+    minLength: 2,
+    maxLength: 4,
+  })
+  .map((events) =>
+    command(
+      `burst(${events.map(({ aggregate, eventType, tenant }) => `a${aggregate} ${eventType} ${tenant}`).join(', ')})`,
+      async (system) => {
+        for (const { aggregate, eventType, tenant } of events)
+          await system.enqueue(aggregate % system.config.aggregates, 'commit', { eventType, tenant })
+      },
+    ),
+  )
+
 const finishes = fc
   .record({ pick: fc.nat(4), end: fc.constantFrom('commit', 'commit', 'rollback') })
   .map(({ pick, end }) =>
@@ -129,11 +148,41 @@ const filters: fc.Arbitrary<SubscriptionFilter> = fc.record({
 const describeFilter = (filter: SubscriptionFilter) =>
   `tenant ${filter.tenant}, types ${filter.eventTypes === null ? 'all' : filter.eventTypes.join('|')}`
 
+/** Two in three stored subscriptions start at the earliest retained event: a backfill to run beside everything else. */
 const creates = fc
-  .record({ slot: fc.nat(1), filter: filters })
-  .map(({ slot, filter }) =>
-    command(`createSubscription(s${slot}, ${describeFilter(filter)})`, (system) =>
-      system.createSubscription(slot, filter),
+  .record({
+    slot: fc.nat(1),
+    filter: filters,
+    startAt: fc.constantFrom('now' as const, 'earliest' as const, 'earliest' as const),
+  })
+  .map(({ slot, filter, startAt }) =>
+    command(`createSubscription(s${slot}, ${describeFilter(filter)}, startAt ${startAt})`, (system) =>
+      system.createSubscription(slot, filter, startAt),
+    ),
+  )
+
+/**
+ * A backfill batch: the relay's own step (whole-outbox batches) or a small one through the same SQL function, so a
+ * copy spans several batches with commands between them. Now and then it runs even with a transaction held open,
+ * to meet the lock timeout (which costs the run 500 ms of real time).
+ */
+const backfills = fc
+  .record({
+    relay: fc.nat(2),
+    batch: fc.oneof(
+      { arbitrary: fc.constant<BackfillBatch>('relay'), weight: 1 },
+      {
+        arbitrary: fc.record({ aggregates: fc.constantFrom(1, 1, 2), rows: fc.constantFrom(1, 1, 2, 5000) }),
+        weight: 3,
+      },
+    ),
+    pick: fc.nat(1),
+    evenIfHeld: fc.constantFrom(false, false, false, true),
+  })
+  .map(({ relay, batch, pick, evenIfHeld }) =>
+    command(
+      `backfill(${batch === 'relay' ? `relay r${relay}` : `${batch.aggregates} aggregates, ${batch.rows} rows, #${pick}`}${evenIfHeld ? ', even if held' : ''})`,
+      (system) => system.backfill(relay, batch, pick, evenIfHeld),
     ),
   )
 
@@ -170,6 +219,7 @@ const deletes = fc
  */
 export const laneCommands: fc.Arbitrary<Command>[] = [
   ...times(4, enqueues),
+  bursts,
   ...times(2, finishes),
   ...times(7, relaySteps),
   ...times(8, subscriberAnswers),
@@ -178,7 +228,8 @@ export const laneCommands: fc.Arbitrary<Command>[] = [
   stops,
   ...times(2, redrives),
   ...times(2, prunes),
-  ...times(2, creates),
+  ...times(3, creates),
+  ...times(4, backfills),
   filterChanges,
   ...times(2, toggles),
   deletes,

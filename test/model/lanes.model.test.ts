@@ -36,7 +36,20 @@ describe('model: the real relay loop, SQL and dedupe against an oracle of the co
     timeout: (seconds + shrinkSeconds + 120) * 1000,
   }, async () => {
     const deadline = Date.now() + seconds * 1000
-    const tally = { runs: 0, commands: 0, deliveries: 0, toStored: 0, subscriptions: 0, everDead: 0 }
+    const tally = {
+      runs: 0,
+      commands: 0,
+      deliveries: 0,
+      toStored: 0,
+      subscriptions: 0,
+      everDead: 0,
+      backfillsStarted: 0,
+      backfillBatches: 0,
+      backfillWaits: 0,
+      backfillsDone: 0,
+      backfilled: 0,
+      backfillTenantGap: 0,
+    }
     await fc.assert(
       fc.asyncProperty(
         systemConfigs,
@@ -73,6 +86,12 @@ describe('model: the real relay loop, SQL and dedupe against an oracle of the co
           ).length
           tally.subscriptions += system.created
           tally.everDead += [...system.events.values()].filter((record) => record.everDead).length
+          tally.backfillsStarted += system.backfills.started
+          tally.backfillBatches += system.backfills.batches
+          tally.backfillWaits += system.backfills.waited
+          tally.backfillsDone += system.backfills.done
+          tally.backfillTenantGap += system.backfills.tenantGap
+          tally.backfilled += [...system.events.values()].filter((record) => record.backfilled).length
         },
       ),
       {
@@ -99,6 +118,8 @@ describe('model: the real relay loop, SQL and dedupe against an oracle of the co
       expect(tally.runs).toBeGreaterThan(0)
       expect(tally.everDead).toBeGreaterThan(0)
       expect(tally.toStored).toBeGreaterThan(0)
+      expect(tally.backfillsDone).toBeGreaterThan(0)
+      expect(tally.backfilled).toBeGreaterThan(0)
     }
   })
 })

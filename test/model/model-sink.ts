@@ -35,6 +35,8 @@ export interface HeldRequest {
 export interface SinkListener {
   /** The relay cut a held request (its timeout, its stop or its crash). */
   closed(request: HeldRequest): void
+  /** A request reached the subscriber (before anything answers it). */
+  arrived(request: HeldRequest): void
 }
 
 /** The model's key of the implicit subscription (the relays' `endpoint`). */
@@ -130,6 +132,7 @@ export class ModelSink {
     }
     // The body is left for dedupe to read itself: the model keys requests by the headers' event id.
     this.held.push(held)
+    this.listener?.arrived(held)
     res.on('close', () => {
       if (answered || res.writableFinished) return
       held.closedByRelay = true

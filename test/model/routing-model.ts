@@ -12,6 +12,7 @@ export interface Route {
 /** The implicit subscription as a fresh outbox has it: every event, enabled. */
 export const IMPLICIT_ROUTE: Route = Object.freeze({ tenant: null, eventTypes: null, enabled: true })
 
+/** Whether a type filter (null: every type; else exact types or `*`-prefixes) takes an event type. */
 function typeMatches(filter: readonly string[] | null, eventType: string): boolean {
   if (filter === null) return true
   return filter.some((entry) =>
@@ -32,9 +33,20 @@ export function routeEvent(
   const routed: string[] = []
   for (const [key, route] of routes) {
     if (key === IMPLICIT && !route.enabled) continue
-    if (route.tenant !== null && route.tenant !== event.tenant) continue
-    if (!typeMatches(route.eventTypes, event.eventType)) continue
+    if (!filterTakes(route, event)) continue
     routed.push(key)
   }
   return routed.sort()
+}
+
+/**
+ * Whether a subscription's filter takes an event, whatever its state: a tenant filter only that tenant's events (an
+ * event without a tenant only when the subscription has none either), a type filter its exact types and prefixes.
+ */
+export function filterTakes(
+  filter: { readonly tenant: string | null; readonly eventTypes: readonly string[] | null },
+  event: { readonly eventType: string; readonly tenant: string | null },
+): boolean {
+  if (filter.tenant !== null && filter.tenant !== event.tenant) return false
+  return typeMatches(filter.eventTypes, event.eventType)
 }
