@@ -48,7 +48,6 @@ describe('model: the real relay loop, SQL and dedupe against an oracle of the co
       backfillWaits: 0,
       backfillsDone: 0,
       backfilled: 0,
-      backfillTenantGap: 0,
     }
     await fc.assert(
       fc.asyncProperty(
@@ -90,7 +89,6 @@ describe('model: the real relay loop, SQL and dedupe against an oracle of the co
           tally.backfillBatches += system.backfills.batches
           tally.backfillWaits += system.backfills.waited
           tally.backfillsDone += system.backfills.done
-          tally.backfillTenantGap += system.backfills.tenantGap
           tally.backfilled += [...system.events.values()].filter((record) => record.backfilled).length
         },
       ),

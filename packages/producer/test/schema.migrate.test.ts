@@ -44,6 +44,7 @@ const PRODUCER_MIGRATIONS = [
   '0013_disabled_retention',
   '0014_backfill',
   '0015_trace_context',
+  '0016_backfill_every_holder',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */

@@ -434,6 +434,28 @@ describe("createSubscription({ startAt: 'earliest' })", () => {
     ])
   })
 
+  it('copies an event retained only by a subscription whose tenant was changed since (every holder is read)', async () => {
+    // The implicit subscription is disabled: s0 is the only holder of t1's events, then moves to tenant t2.
+    const holder = await createSubscription(t.db, { url: 'https://holder.example/hooks', tenant: 't1' })
+    await disableSubscription(t.db, holder.id)
+    const first = await publish('tenant-moved', 'order.created', 't1')
+    const second = await publish('tenant-moved', 'order.updated', 't1')
+    await updateSubscription(t.db, holder.id, { tenant: 't2' })
+    const { id } = await createSubscription(t.db, {
+      url: 'https://copy.example/hooks',
+      tenant: 't1',
+      startAt: 'earliest',
+    })
+    const outcome = await runBackfillBatch(
+      { db: t.db, schema: 'public' },
+      { subscriptionId: id, aggregates: 10, rows: 100, lockTimeoutMs: 500 },
+    )
+    expect(outcome.outcome).toBe('done')
+    const { rows } = await sql<{ event_id: string }>`
+      SELECT event_id FROM outbox WHERE subscription_id = ${id}::uuid ORDER BY sequence`.execute(t.db)
+    expect(rows.map((row) => row.event_id)).toEqual([first.eventId, second.eventId])
+  })
+
   it('deleting the subscription during the copy stops it and leaves nothing behind', async () => {
     const source = await createSubscription(t.db, { url: 'https://source.example/hooks' })
     await disableSubscription(t.db, source.id)
