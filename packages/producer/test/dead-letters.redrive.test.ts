@@ -84,6 +84,7 @@ describe('stats', () => {
           struggling: 0,
           dead: 0,
           blocked: 0,
+          dropped: 0,
         },
       ],
       warnings: [],
