@@ -1,3 +1,4 @@
+import diagnostics from 'node:diagnostics_channel'
 import {
   createSubscription,
   DEFAULT_ENDPOINT_BREAKER,
@@ -22,8 +23,10 @@ const RELAYS = 2
 
 /** One run: the failing sink's requests counted per cool-down window, from the breaker's first opening. */
 interface BreakerRun {
-  /** Requests in each window [opening i, opening i + 1), the last one ending with the run. */
+  /** Requests started in each window [opening i, opening i + 1), the last one ending with the run. */
   readonly perWindow: number[]
+  /** The same by arrival at the sink (a request started just before an opening may arrive just after it). */
+  readonly arrivedPerWindow: number[]
   /** Requests before the breaker first opened (the failure streak that opened it). */
   readonly beforeOpen: number
   readonly probes: number
@@ -58,7 +61,7 @@ export async function breakerCost(ctx: BenchContext): Promise<CaseResult> {
       const result = await runOnce(ctx, template, breaker, observeMs, random)
       runs.push(result)
       ctx.log(
-        `  failing sink: ${result.beforeOpen} requests before the first opening, then per cool-down ${result.perWindow.join(' / ')} (${result.probes} probes)`,
+        `  failing sink: ${result.beforeOpen} requests before the first opening, then per cool-down ${result.perWindow.join(' / ')} started, ${result.arrivedPerWindow.join(' / ')} arrived (${result.probes} probes)`,
       )
     }
   } finally {
@@ -72,7 +75,10 @@ export async function breakerCost(ctx: BenchContext): Promise<CaseResult> {
     title: `Breaker cost: a failing (500) subscription beside a healthy one, ${RELAYS} relays, cool-down ${cooldownMs} ms`,
     measurements: [
       measurement('requests in the first cool-down', 'requests', first, {
-        detail: { perWindow: runs.map((run) => run.perWindow) },
+        detail: {
+          startedPerWindow: runs.map((run) => run.perWindow),
+          arrivedPerWindow: runs.map((run) => run.arrivedPerWindow),
+        },
       }),
       measurement('most requests in a later cool-down', 'requests', later),
       measurement(
@@ -87,7 +93,7 @@ export async function breakerCost(ctx: BenchContext): Promise<CaseResult> {
     comparisons: [compare('most requests per cool-down (all relays)', median(most), 1, { max: 1 })],
     notes: [
       `${RELAYS} in-process relays, concurrency ${ISOLATION_CONCURRENCY} each, endpointBreaker { failures: ${breaker.failures}, cooldownMs: ${cooldownMs} } (doubling after each failed probe); ${RATE_PER_SECOND} events/s over ${AGGREGATES} aggregates to both subscriptions, observed ${round(observeMs / 1000)} s after the first opening`,
-      'a window runs from one endpoint:opened to the next (or the end); a request is counted by its arrival at the sink',
+      'a window runs from one endpoint:opened to the next (or the end); a request counts where the relay created it (undici:request:create), its arrival at the sink is in the JSON',
     ],
     seconds: 0,
   }
@@ -104,6 +110,15 @@ async function runOnce(
   const url = ctx.databases.url(name)
   const arrivals: number[] = []
   const failing = await startTrackedSink({ expected: 0, status: 500, onRequest: (at) => arrivals.push(at) })
+  // When each request to the failing sink was created in the relays' HTTP client (undici publishes it): a request
+  // is counted in the window in which a relay decided to send it, not where a busy event loop let the sink read it.
+  const failingOrigin = new URL(failing.url).origin
+  const starts: number[] = []
+  const onCreate = (message: unknown) => {
+    const { request } = message as { request: { origin?: string | URL } }
+    if (String(request.origin) === failingOrigin) starts.push(now())
+  }
+  diagnostics.subscribe('undici:request:create', onCreate)
   const healthy = await startTrackedSink({ expected: Number.MAX_SAFE_INTEGER, delayMs: HEALTHY_DELAY_MS })
   const producerDb = openKysely(url, { max: 8 })
   const pools = Array.from({ length: RELAYS }, () => openKysely(url, { max: 10 }))
@@ -145,13 +160,19 @@ async function runOnce(
     // Requests in flight when the stream stopped still arrive within a round trip.
     await sleep(50)
     const end = now()
-    if (openings.length === 0) return { perWindow: [], beforeOpen: arrivals.length, probes }
+    if (openings.length === 0)
+      return { perWindow: [], arrivedPerWindow: [], beforeOpen: starts.length, probes }
     const bounds = [...openings, end]
-    const perWindow = openings.map(
-      (from, i) => arrivals.filter((at) => at >= from && at < bounds[i + 1]!).length,
-    )
-    return { perWindow, beforeOpen: arrivals.filter((at) => at < openings[0]!).length, probes }
+    const count = (times: readonly number[]) =>
+      openings.map((from, i) => times.filter((at) => at >= from && at < bounds[i + 1]!).length)
+    return {
+      perWindow: count(starts),
+      arrivedPerWindow: count(arrivals),
+      beforeOpen: starts.filter((at) => at < openings[0]!).length,
+      probes,
+    }
   } finally {
+    diagnostics.unsubscribe('undici:request:create', onCreate)
     for (const relay of relays) await relay.stop({ timeoutMs: 500 })
     for (const db of pools) await db.destroy()
     await producerDb.destroy()
