@@ -148,13 +148,13 @@ async function runOnce(
 /**
  * Backlog fairness: a healthy subscription receiving a steady 200 events/s (20 ms sink, one in-process relay at
  * concurrency 32, LISTEN on), alone and beside a subscription draining a large backlog — what an hour of its normal
- * 10 events/s makes (36,000 events over 500 aggregates; 6,000 in `--quick`), its sink as fast as the healthy one's.
+ * 10 events/s makes (36,000 events over 500 aggregates; 4,000 in `--quick`), its sink as fast as the healthy one's.
  * The healthy one's p99 (COMMIT → receipt) must stay within 2× of its p99 alone. The backlog outlasts the stream:
  * how much of it drained meanwhile is reported.
  */
 export async function backlogFairness(ctx: BenchContext): Promise<CaseResult> {
-  const backlog = ctx.quick ? 6000 : 3600 * BACKLOG_NORMAL_PER_SECOND
-  const events = ctx.quick ? 600 : 4000
+  const backlog = ctx.quick ? 4000 : 3600 * BACKLOG_NORMAL_PER_SECOND
+  const events = ctx.quick ? 500 : 4000
   const random = seededRandom(ctx.seed + 1)
   const stream = Array.from({ length: events }, () => String(Math.floor(random() * AGGREGATES)))
   const runs = { alone: [] as FairnessRun[], beside: [] as FairnessRun[] }

@@ -42,8 +42,8 @@ interface BreakerRun {
  */
 export async function breakerCost(ctx: BenchContext): Promise<CaseResult> {
   // Quick: a shorter cool-down (doubling after each failed probe as usual) so that a few windows fit in seconds.
-  const cooldownMs = ctx.quick ? 1500 : DEFAULT_ENDPOINT_BREAKER.cooldownMs
-  const observeMs = ctx.quick ? 5000 : 35_000
+  const cooldownMs = ctx.quick ? 1000 : DEFAULT_ENDPOINT_BREAKER.cooldownMs
+  const observeMs = ctx.quick ? 4000 : 35_000
   const breaker = { ...DEFAULT_ENDPOINT_BREAKER, cooldownMs }
   const random = seededRandom(ctx.seed)
   const template = await ctx.databases.create(

@@ -135,7 +135,7 @@ async function runOnce(
  * receipt whether it waits for slots or claims the others hold. The set-ups alternate run by run.
  */
 export async function isolation(ctx: BenchContext): Promise<CaseResult> {
-  const events = ctx.quick ? 600 : 6000
+  const events = ctx.quick ? 500 : 6000
   const random = seededRandom(ctx.seed)
   const stream = Array.from({ length: events }, () => String(Math.floor(random() * AGGREGATES)))
   const capMs = ctx.quick ? 15_000 : 60_000
