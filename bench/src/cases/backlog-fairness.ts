@@ -11,6 +11,7 @@ import {
 import { openKysely } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import type { BenchContext } from '../support/context.js'
+import { seedDeliveredHistory } from '../support/history.js'
 import type { OrderReport } from '../support/order-tracker.js'
 import { installOutbox } from '../support/outbox.js'
 import { type CaseResult, compare, measurement } from '../support/report.js'
@@ -53,6 +54,7 @@ async function seedTemplate(ctx: BenchContext, backlog: number): Promise<Templat
   const db = openKysely(ctx.databases.url(name), { max: 2 })
   try {
     await disableSubscription(db, IMPLICIT_SUBSCRIPTION_ID)
+    await seedDeliveredHistory(ctx.databases.url(name), ctx.quick ? 1000 : 2000)
     const placeholder = 'http://127.0.0.1:9/unset'
     const healthy = await createSubscription(db, {
       url: placeholder,

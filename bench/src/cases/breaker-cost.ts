@@ -9,6 +9,7 @@ import {
 } from '@outbox/producer'
 import { openKysely } from '@outbox/test-harness'
 import type { BenchContext } from '../support/context.js'
+import { seedDeliveredHistory } from '../support/history.js'
 import { installOutbox } from '../support/outbox.js'
 import { type CaseResult, compare, measurement } from '../support/report.js'
 import { startTrackedSink } from '../support/sink.js'
@@ -56,6 +57,7 @@ export async function breakerCost(ctx: BenchContext): Promise<CaseResult> {
       const db = openKysely(ctx.databases.url(template), { max: 1 })
       await disableSubscription(db, IMPLICIT_SUBSCRIPTION_ID)
       await db.destroy()
+      await seedDeliveredHistory(ctx.databases.url(template), ctx.quick ? 1000 : 2000)
     }
     for (let run = 0; run < ctx.runs; run++) {
       const result = await runOnce(ctx, template, breaker, observeMs, random)

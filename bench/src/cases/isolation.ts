@@ -7,6 +7,7 @@ import {
 } from '@outbox/producer'
 import { openKysely } from '@outbox/test-harness'
 import type { BenchContext } from '../support/context.js'
+import { seedDeliveredHistory } from '../support/history.js'
 import type { OrderReport } from '../support/order-tracker.js'
 import { installOutbox } from '../support/outbox.js'
 import { type CaseResult, compare, measurement } from '../support/report.js'
@@ -149,6 +150,7 @@ export async function isolation(ctx: BenchContext): Promise<CaseResult> {
       const db = openKysely(ctx.databases.url(template), { max: 1 })
       await disableSubscription(db, IMPLICIT_SUBSCRIPTION_ID)
       await db.destroy()
+      await seedDeliveredHistory(ctx.databases.url(template), ctx.quick ? 1000 : 2000)
     }
     for (let run = 0; run < ctx.runs; run++) {
       for (const beside of run % 2 === 0 ? [false, true] : [true, false]) {
