@@ -1,3 +1,4 @@
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import {
   createSubscription,
   disableSubscription,
@@ -35,6 +36,8 @@ interface FairnessRun {
   /** Backlog events delivered while the healthy stream ran (beside only). */
   readonly backlogDelivered?: number
   readonly backlogOrder?: OrderReport
+  /** p99 of the process's event-loop delay during the stream (ms): relay, sinks and producer share that loop. */
+  readonly loopDelayP99: number
 }
 
 /** Ids of the template's subscriptions, whose URLs each run points at its own sinks. */
@@ -101,6 +104,7 @@ async function runOnce(
   let backlogged: TrackedSink | undefined
   const relayDb = openKysely(url, { max: 10 })
   const producerDb = openKysely(url, { max: 8 })
+  const loop = monitorEventLoopDelay({ resolution: 10 })
   let relay: Relay | undefined
   try {
     await updateSubscription(relayDb, template.healthy, { url: healthy.url })
@@ -116,6 +120,7 @@ async function runOnce(
       listen: { connectionString: url },
     })
     await relay.start()
+    loop.enable()
     const { committedAt } = await enqueueSteadily(producerDb, {
       aggregates: stream,
       perSecond: RATE_PER_SECOND,
@@ -124,8 +129,10 @@ async function runOnce(
     while (healthy.tracker.received < stream.length && now() < deadline) {
       await Promise.race([healthy.tracker.done, new Promise((resolve) => setTimeout(resolve, 100))])
     }
+    loop.disable()
     const values = latencies(committedAt, receivedAt)
     return {
+      loopDelayP99: loop.percentile(99) / 1e6,
       p50: percentile(values, 50),
       p99: percentile(values, 99),
       order: healthy.tracker.report(now() >= deadline),
@@ -169,7 +176,7 @@ export async function backlogFairness(ctx: BenchContext): Promise<CaseResult> {
         const result = await runOnce(ctx, which, stream, backlog)
         ;(which === beside ? runs.beside : runs.alone).push(result)
         ctx.log(
-          `  healthy ${which === beside ? 'beside the backlog' : 'alone'}: p50 ${result.p50.toFixed(1)} ms, p99 ${result.p99.toFixed(1)} ms${result.backlogDelivered === undefined ? '' : ` (backlog: ${result.backlogDelivered} of ${backlog} delivered meanwhile)`}`,
+          `  healthy ${which === beside ? 'beside the backlog' : 'alone'}: p50 ${result.p50.toFixed(1)} ms, p99 ${result.p99.toFixed(1)} ms, event-loop delay p99 ${result.loopDelayP99.toFixed(1)} ms${result.backlogDelivered === undefined ? '' : ` (backlog: ${result.backlogDelivered} of ${backlog} delivered meanwhile)`}`,
         )
       }
     }
@@ -196,7 +203,10 @@ export async function backlogFairness(ctx: BenchContext): Promise<CaseResult> {
         runs.beside.map((run) => run.p99),
         {
           order: runs.beside.map((run) => run.order),
-          detail: { p50: runs.beside.map((run) => round(run.p50)) },
+          detail: {
+            p50: runs.beside.map((run) => round(run.p50)),
+            eventLoopDelayP99: runs.beside.map((run) => round(run.loopDelayP99)),
+          },
         },
       ),
       measurement(

@@ -1,3 +1,4 @@
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import {
   createSubscription,
   disableSubscription,
@@ -35,6 +36,8 @@ interface IsolationRun {
   /** Requests that reached the failing (500) and slow (2 s) sinks, beside only. */
   readonly failingRequests?: number
   readonly slowRequests?: number
+  /** p99 of the process's event-loop delay during the run (ms): relay, sinks and producer share that loop. */
+  readonly loopDelayP99: number
 }
 
 /** The subscriptions of a set-up: the healthy one, and in `beside` a failing and a slow one. */
@@ -79,6 +82,7 @@ async function runOnce(
   const sinks = await startSinks(beside, stream.length, receivedAt)
   const relayDb = openKysely(url, { max: 10 })
   const producerDb = openKysely(url, { max: 8 })
+  const loop = monitorEventLoopDelay({ resolution: 10 })
   let relay: Relay | undefined
   try {
     await createSubscription(relayDb, { url: sinks.healthy.url, name: 'healthy' })
@@ -92,6 +96,7 @@ async function runOnce(
       listen: { connectionString: url },
     })
     await relay.start()
+    loop.enable()
     const t0 = now()
     const { committedAt } = await enqueueSteadily(producerDb, {
       aggregates: stream,
@@ -104,6 +109,7 @@ async function runOnce(
         capped = true
       }),
     ])
+    loop.disable()
     const arrivals = sinks.healthy.tracker.arrivals
     const end = arrivals.length > 0 ? arrivals[arrivals.length - 1]! : now()
     const values = latencies(committedAt, receivedAt)
@@ -114,6 +120,7 @@ async function runOnce(
       p99: percentile(values, 99),
       order: sinks.healthy.tracker.report(capped),
       capped,
+      loopDelayP99: loop.percentile(99) / 1e6,
       ...(failing && slow ? { failingRequests: failing.requests, slowRequests: slow.requests } : {}),
     }
   } finally {
@@ -157,7 +164,7 @@ export async function isolation(ctx: BenchContext): Promise<CaseResult> {
         const result = await runOnce(ctx, template, beside, stream, capMs)
         ;(beside ? runs.beside : runs.alone).push(result)
         ctx.log(
-          `  healthy ${beside ? 'beside failing + slow' : 'alone'}: ${Math.round(result.throughput)} deliveries/s, p50 ${result.p50.toFixed(1)} ms, p99 ${result.p99.toFixed(1)} ms${beside ? ` (failing sink: ${result.failingRequests} requests, slow sink: ${result.slowRequests})` : ''}`,
+          `  healthy ${beside ? 'beside failing + slow' : 'alone'}: ${Math.round(result.throughput)} deliveries/s, p50 ${result.p50.toFixed(1)} ms, p99 ${result.p99.toFixed(1)} ms, event-loop delay p99 ${result.loopDelayP99.toFixed(1)} ms${beside ? ` (failing sink: ${result.failingRequests} requests, slow sink: ${result.slowRequests})` : ''}`,
         )
       }
     }
@@ -179,7 +186,12 @@ export async function isolation(ctx: BenchContext): Promise<CaseResult> {
         'healthy alone, p99 COMMIT → receipt',
         'ms',
         runs.alone.map((run) => run.p99),
-        { detail: { p50: runs.alone.map((run) => round(run.p50)) } },
+        {
+          detail: {
+            p50: runs.alone.map((run) => round(run.p50)),
+            eventLoopDelayP99: runs.alone.map((run) => round(run.loopDelayP99)),
+          },
+        },
       ),
       measurement(
         'healthy beside failing + slow, throughput',
@@ -194,6 +206,7 @@ export async function isolation(ctx: BenchContext): Promise<CaseResult> {
         {
           detail: {
             p50: runs.beside.map((run) => round(run.p50)),
+            eventLoopDelayP99: runs.beside.map((run) => round(run.loopDelayP99)),
             failingSinkRequests: runs.beside.map((run) => run.failingRequests),
             slowSinkRequests: runs.beside.map((run) => run.slowRequests),
           },

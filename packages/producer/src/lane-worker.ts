@@ -242,6 +242,9 @@ async function deliverRow(
 ): Promise<RowStep> {
   const { options, sender, events, runtime } = ctx
   const log = { subscription: target.name, lane: `${lane.aggregateType}:${lane.aggregateId}` }
+  // Another lane's outage failure is being recorded: its statement says whether the breaker is open now.
+  const recording = lane.probe ? undefined : ctx.targets.recorded(lane.subscriptionId)
+  if (recording) await recording
   if (ctx.stopping()) return { next: 'hand back' }
   if (ctx.yieldSlot(lane.subscriptionId)) {
     options.logger.debug(log, 'slot wanted by another subscription; handing the lane back')
@@ -362,10 +365,18 @@ async function deliverRow(
     attemptedAt,
     ...(logged ? { log: logged } : {}),
   }
-  if (outcome.httpStatus === 410) await retireGoneSubscription(ctx, target)
   const health = failureHealth(ctx, target, outcome.httpStatus, outcome.retryAfterMs)
-  return {
-    settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs, health),
+  const recorded =
+    health?.countsAsFailure && health.breaker !== false
+      ? ctx.targets.recording(target.subscriptionId)
+      : undefined
+  try {
+    if (outcome.httpStatus === 410) await retireGoneSubscription(ctx, target)
+    return {
+      settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs, health),
+    }
+  } finally {
+    recorded?.()
   }
 }
 
