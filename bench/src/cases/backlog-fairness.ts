@@ -194,7 +194,10 @@ export async function backlogFairness(ctx: BenchContext): Promise<CaseResult> {
         runs.alone.map((run) => run.p99),
         {
           order: runs.alone.map((run) => run.order),
-          detail: { p50: runs.alone.map((run) => round(run.p50)) },
+          detail: {
+            p50: runs.alone.map((run) => round(run.p50)),
+            eventLoopDelayP99: runs.alone.map((run) => round(run.loopDelayP99)),
+          },
         },
       ),
       measurement(
