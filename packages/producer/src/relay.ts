@@ -489,11 +489,15 @@ export class Relay {
       const held = this.#held.get(served[0]!) ?? 0
       return [{ id: served[0]!, room: Math.max(0, capacity - held) }]
     }
-    const sharers = this.#sharers(served)
-    return served.map((id) => ({
-      id,
-      room: Math.max(0, Math.ceil(capacity / sharers) - (this.#held.get(id) ?? 0)),
-    }))
+    const busy = this.#busy(served)
+    return served.map((id) => {
+      // A subscription not busy yet is counted as if it joined the busy ones, with the share for the rest kept
+      // while any other is idle: when none is busy (a relay starting beside a backlog), one claim would otherwise
+      // give the first subscription with due lanes all of the capacity.
+      const joined = busy.has(id) ? busy.size : busy.size + 1
+      const sharers = joined + (served.length > joined ? 1 : 0)
+      return { id, room: Math.max(0, Math.ceil(capacity / sharers) - (this.#held.get(id) ?? 0)) }
+    })
   }
 
   /**

@@ -38,7 +38,55 @@ describe('slots shared between subscriptions', () => {
     await waitFor(() => healthy.requests.length === 9, 'the healthy subscription, beside the held requests')
     expect(slow.requests.length).toBeLessThanOrEqual(2)
     held.resolve()
-    await waitFor(() => new Set(slow.requests.map((r) => r.json.event_id)).size === 8, 'the slow backlog')
+    // The slow subscription takes every event: its 8, and the healthy one's 9 enqueued after both existed.
+    await waitFor(() => new Set(slow.requests.map((r) => r.json.event_id)).size === 17, 'the slow backlog')
+  })
+
+  it('a relay starting beside a backlog claims no more than its share of it ahead: the others still get claimed', async () => {
+    const held = deferred()
+    const slow = await stored.sink(async () => {
+      await held.promise
+      return { status: 200, body: { status: 'applied' } }
+    })
+    // The healthy endpoint holds its first request too: the healthy subscription stays busy with one lane.
+    const first = deferred()
+    let requests = 0
+    const healthy = await stored.sink(async () => {
+      requests += 1
+      if (requests === 1) await first.promise
+      return { status: 200, body: { status: 'applied' } }
+    })
+    await createSubscription(t.db, { url: slow.url, name: 'slot-backlog', eventTypes: ['ledger.*'] })
+    await createSubscription(t.db, { url: healthy.url, name: 'slot-busy', eventTypes: ['order.*'] })
+    for (let lane = 0; lane < 8; lane++) {
+      await t.db
+        .transaction()
+        .execute((trx) =>
+          enqueue(trx, {
+            aggregateType: 'account',
+            aggregateId: `b${lane}`,
+            eventType: 'ledger.entry',
+            payload: {},
+          }),
+        )
+    }
+    await publish('h0')
+    // Both have due lanes when the relay starts: its first claim serves both while neither is busy yet. The
+    // held requests must not time out while the test waits (that would free their slots by itself).
+    const relay = stored.relay({ concurrency: 4, requestTimeoutMs: 30_000 })
+    await relay.start()
+    await waitFor(
+      () => healthy.requests.length === 1 && slow.requests.length >= 1,
+      'both endpoints to get requests',
+    )
+    for (const lane of ['h1', 'h2', 'h3']) await publish(lane)
+    await waitFor(
+      () => healthy.requests.length === 4,
+      "the healthy subscription's next lanes, beside the backlog",
+    )
+    first.resolve()
+    held.resolve()
+    await waitFor(() => new Set(slow.requests.map((r) => r.json.event_id)).size === 8, 'the backlog')
   })
 
   it('a lane claimed before another relay opened the breaker hands itself back once a failure says so', async () => {
