@@ -59,16 +59,14 @@ describe('slots shared between subscriptions', () => {
     await createSubscription(t.db, { url: slow.url, name: 'slot-backlog', eventTypes: ['ledger.*'] })
     await createSubscription(t.db, { url: healthy.url, name: 'slot-busy', eventTypes: ['order.*'] })
     for (let lane = 0; lane < 8; lane++) {
-      await t.db
-        .transaction()
-        .execute((trx) =>
-          enqueue(trx, {
-            aggregateType: 'account',
-            aggregateId: `b${lane}`,
-            eventType: 'ledger.entry',
-            payload: {},
-          }),
-        )
+      await t.db.transaction().execute((trx) =>
+        enqueue(trx, {
+          aggregateType: 'account',
+          aggregateId: `b${lane}`,
+          eventType: 'ledger.entry',
+          payload: {},
+        }),
+      )
     }
     await publish('h0')
     // Both have due lanes when the relay starts: its first claim serves both while neither is busy yet. The
