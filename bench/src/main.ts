@@ -6,10 +6,13 @@ import { cpus, loadavg, totalmem } from 'node:os'
 import { fileURLToPath } from 'node:url'
 import { startPostgres } from '@outbox/test-harness'
 import pg from 'pg'
+import { backlogFairness } from './cases/backlog-fairness.js'
+import { breakerCost } from './cases/breaker-cost.js'
 import { claimAtScale } from './cases/claim-at-scale.js'
 import { consumerOverhead } from './cases/consumer-overhead.js'
 import { enqueueOverhead } from './cases/enqueue-overhead.js'
 import { forgedFlood } from './cases/forged-flood.js'
+import { isolation } from './cases/isolation.js'
 import { latency } from './cases/latency.js'
 import { pruneUnderLoad } from './cases/prune-under-load.js'
 import { relayThroughput } from './cases/relay-throughput.js'
@@ -33,6 +36,9 @@ const CASES: Record<string, (ctx: BenchContext) => Promise<CaseResult>> = {
   'claim-at-scale': claimAtScale,
   'prune-under-load': pruneUnderLoad,
   subscriptions,
+  isolation,
+  'breaker-cost': breakerCost,
+  'backlog-fairness': backlogFairness,
 }
 
 const args = process.argv.slice(2)

@@ -17,11 +17,21 @@ export interface TrackedSinkOptions {
   readonly delayMs?: number
   /** Called for the first receipt of each event, with the parsed body and the monotonic receive time. */
   readonly onFirstReceipt?: (body: any, at: number) => void
+  /**
+   * The status every request is answered with: 200 (`applied`) by default, or e.g. 500 for an endpoint that is
+   * down. A request answered other than 2xx is not a receipt: the order check ignores it. @defaultValue 200
+   */
+  readonly status?: number
+  /** Called for every request that arrives (repeats and failures too), with its monotonic arrival time. */
+  readonly onRequest?: (at: number) => void
 }
 
 /** The one answer every system gets: what `dedupe` answers for an applied event. */
 const APPLIED = Buffer.from('{"status":"applied"}')
 const APPLIED_HEADERS = { 'content-type': 'application/json', 'content-length': String(APPLIED.length) }
+/** What a failing endpoint answers (any status but 2xx). */
+const FAILED = Buffer.from('{"title":"unavailable"}')
+const FAILED_HEADERS = { 'content-type': 'application/problem+json', 'content-length': String(FAILED.length) }
 
 /**
  * Starts a loopback webhook sink (the same one for every system compared) with an order check. Bodies carry
@@ -34,16 +44,23 @@ const APPLIED_HEADERS = { 'content-type': 'application/json', 'content-length': 
 export async function startTrackedSink(options: TrackedSinkOptions): Promise<TrackedSink> {
   const tracker = new OrderTracker(options.expected)
   const delayMs = options.delayMs ?? 0
+  const status = options.status ?? 200
   const open = new Set<ServerResponse>()
   const answer = (res: ServerResponse) => {
-    res.writeHead(200, APPLIED_HEADERS)
-    res.end(APPLIED)
+    if (status >= 200 && status < 300) {
+      res.writeHead(status, APPLIED_HEADERS)
+      res.end(APPLIED)
+    } else {
+      res.writeHead(status, FAILED_HEADERS)
+      res.end(FAILED)
+    }
   }
   const server = createServer((req, res) => {
     const chunks: Buffer[] = []
     req.on('data', (chunk: Buffer) => chunks.push(chunk))
     req.on('end', () => {
       const at = performance.now()
+      options.onRequest?.(at)
       const text = (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).toString('utf8')
       let body: any
       try {
@@ -51,7 +68,8 @@ export async function startTrackedSink(options: TrackedSinkOptions): Promise<Tra
       } catch {
         body = undefined
       }
-      if (body && typeof body.aggregate_id === 'string' && typeof body.sequence === 'number') {
+      const received = status >= 200 && status < 300
+      if (received && body && typeof body.aggregate_id === 'string' && typeof body.sequence === 'number') {
         if (tracker.record(body.aggregate_id, body.sequence, at)) options.onFirstReceipt?.(body, at)
       }
       if (delayMs === 0) return answer(res)

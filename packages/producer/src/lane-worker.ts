@@ -44,6 +44,11 @@ export interface LaneContext {
   /** True once the relay stops claiming: finish the current request, then hand the lane back. */
   readonly stopping: () => boolean
   readonly abort: AbortSignal
+  /**
+   * True when a lane of this subscription should hand itself back before its next request, so that its slot goes
+   * to another subscription's lane waiting under its share (see the relay's slot sharing).
+   */
+  readonly yieldSlot: (subscriptionId: string) => boolean
   /** Payload bytes the relay may still read before its buffer budget is spent. */
   readonly bytesLeft: () => number
   /** Counts bytes a lane read past its claim against the budget. */
@@ -239,7 +244,14 @@ async function deliverRow(
 ): Promise<RowStep> {
   const { options, sender, events, runtime } = ctx
   const log = { subscription: target.name, lane: `${lane.aggregateType}:${lane.aggregateId}` }
+  // Another lane's outage failure is being recorded: its statement says whether the breaker is open now.
+  const recording = lane.probe ? undefined : ctx.targets.recorded(lane.subscriptionId)
+  if (recording) await recording
   if (ctx.stopping()) return { next: 'hand back' }
+  if (ctx.yieldSlot(lane.subscriptionId)) {
+    options.logger.debug(log, 'slot wanted by another subscription; handing the lane back')
+    return { next: 'hand back' }
+  }
   if (runtime.clock.now() + target.requestTimeoutMs + LEASE_MARGIN_MS > lane.deadline) {
     options.logger.debug(log, 'lease too short for another request; handing the lane back')
     return { next: 'hand back' }
@@ -366,10 +378,18 @@ async function deliverRow(
     attemptedAt,
     ...(logged ? { log: logged } : {}),
   }
-  if (outcome.httpStatus === 410) await retireGoneSubscription(ctx, target)
   const health = failureHealth(ctx, target, outcome.httpStatus, outcome.retryAfterMs)
-  return {
-    settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs, health),
+  const recorded =
+    health?.countsAsFailure && health.breaker !== false
+      ? ctx.targets.recording(target.subscriptionId)
+      : undefined
+  try {
+    if (outcome.httpStatus === 410) await retireGoneSubscription(ctx, target)
+    return {
+      settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs, health),
+    }
+  } finally {
+    recorded?.()
   }
 }
 
@@ -564,11 +584,12 @@ async function settleFailure(
   )
   if (decision.kind === 'dead') {
     const { onExhausted } = target
-    const { opened } = await deadLetterHead(
+    const { opened, open } = await deadLetterHead(
       options,
       health ? { failure, onExhausted, health } : { failure, onExhausted },
     )
     if (opened) reportBreakerOpened(ctx, target, 'failures', opened.failureStreak, opened.cooldownMs)
+    else if (open) ctx.targets.setBreakerOpen(target.subscriptionId, true)
     options.logger.error(
       { ...log, attempts: failure.attempts, status: failure.httpStatus, error: failure.error },
       'event dead-lettered',
@@ -593,11 +614,13 @@ async function settleFailure(
     }
     return { ...NOTHING, dead: 1 }
   }
-  const { opened } = await scheduleRetry(
+  const { opened, open } = await scheduleRetry(
     options,
     health ? { failure, delayMs: decision.delayMs, health } : { failure, delayMs: decision.delayMs },
   )
+  // Opened by another relay: this one's lanes of it hand themselves back now, not after its next refresh.
   if (opened) reportBreakerOpened(ctx, target, 'failures', opened.failureStreak, opened.cooldownMs)
+  else if (open) ctx.targets.setBreakerOpen(target.subscriptionId, true)
   options.logger.info(
     {
       ...log,

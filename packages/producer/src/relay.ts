@@ -45,6 +45,14 @@ const STOP_GRACE_MS = 2000
  */
 const SCAN_ROWS_PER_LANE = 8
 
+/**
+ * How long a subscription still counts as busy after it last held a lane, when the relay shares its slots (see
+ * {@link Relay.#slotShare}). A subscription with a steady trickle of events holds no lane for moments between them;
+ * forgetting it then would hand its share to a slow or backlogged subscription, whose lanes keep a slot for a whole
+ * request (2 s on a slow endpoint) — and the trickle's next event would wait for one of them.
+ */
+const BUSY_MEMORY_MS = 1000
+
 /** What one pass of the claim loop asks next: go again at once, or wait for a wake-up or the poll. */
 type Pass = 'again' | 'wait'
 
@@ -128,6 +136,8 @@ export class Relay {
   readonly #held = new Map<string, number>()
   /** Lanes in delivery per subscription. */
   readonly #activeBySubscription = new Map<string, number>()
+  /** Clock time each subscription last gained or gave up a lane: it counts as busy for a while after. */
+  readonly #lastHeldAt = new Map<string, number>()
   /** Clock time of the last claim, so subscriptions holding no lane are looked for at most once a poll interval. */
   #lastClaimAt = Number.NEGATIVE_INFINITY
   /** When this relay last swept blocked lanes for rows that arrived after the block ({@link parkBehindBlocks}). */
@@ -211,6 +221,7 @@ export class Relay {
       stopping: () => this.#state === 'stopping',
       abort: this.#abort.signal,
       bytesLeft: () => this.#options.maxBufferedBytes - this.#heldBytes,
+      yieldSlot: (subscriptionId) => this.#yieldSlot(subscriptionId),
       holdBytes: (bytes) => {
         this.#heldBytes += bytes
       },
@@ -522,10 +533,9 @@ export class Relay {
 
   /**
    * How many lanes each served subscription may be given by the next claim, out of `capacity` held lanes (claimed
-   * ahead or in delivery). One subscription gets all of it. With several, a subscription holding lanes may hold
-   * its even share among those holding lanes, and one holding none may take the share it would have if it joined
-   * them: so a subscription that is slow or has a backlog keeps, at most, its share, and another one's lanes are
-   * claimed as soon as they are due.
+   * ahead or in delivery). One subscription gets all of it. With several, each may hold an even share among the
+   * busy ones, with one share kept for the rest ({@link Relay.#sharers}): so a subscription that is slow or has a
+   * backlog keeps, at most, its share, and another one's lanes are claimed as soon as they are due.
    */
   #rooms(capacity: number): { id: string; room: number }[] {
     const served = this.#targets.served()
@@ -533,16 +543,73 @@ export class Relay {
       const held = this.#held.get(served[0]!) ?? 0
       return [{ id: served[0]!, room: Math.max(0, capacity - held) }]
     }
-    const holding = served.filter((id) => this.#held.has(id)).length
+    const busy = this.#busy(served)
     return served.map((id) => {
-      const held = this.#held.get(id)
-      const share = Math.ceil(capacity / (held === undefined ? holding + 1 : Math.max(1, holding)))
-      return { id, room: Math.max(0, share - (held ?? 0)) }
+      // A subscription not busy yet is counted as if it joined the busy ones, with the share for the rest kept
+      // while any other is idle: when none is busy (a relay starting beside a backlog), one claim would otherwise
+      // give the first subscription with due lanes all of the capacity.
+      const joined = busy.has(id) ? busy.size : busy.size + 1
+      const sharers = joined + (served.length > joined ? 1 : 0)
+      return { id, room: Math.max(0, Math.ceil(capacity / sharers) - (this.#held.get(id) ?? 0)) }
     })
+  }
+
+  /**
+   * Between how many subscriptions the relay's slots are shared: the busy ones, plus one share kept for the others
+   * while there are any. That share is what lets a subscription that was idle start its next lane at once: the
+   * lanes of a slow endpoint keep their slots for whole requests, so a subscription arriving after they filled
+   * every slot would wait for one of them to finish.
+   */
+  #sharers(served: readonly string[]): number {
+    const busy = this.#busy(served).size
+    return Math.max(1, busy + (served.length > busy ? 1 : 0))
+  }
+
+  /**
+   * The served subscriptions that hold lanes, or held one less than {@link BUSY_MEMORY_MS} ago: those the relay's
+   * slots are shared between.
+   */
+  #busy(served: readonly string[]): Set<string> {
+    const now = this.#runtime.clock.now()
+    const busy = new Set<string>()
+    for (const id of served) {
+      if (this.#held.has(id) || now - (this.#lastHeldAt.get(id) ?? Number.NEGATIVE_INFINITY) < BUSY_MEMORY_MS)
+        busy.add(id)
+    }
+    return busy
+  }
+
+  /**
+   * How many delivery slots one subscription's lanes may fill at once: all of them when the relay serves one, else
+   * an even share ({@link Relay.#sharers}). A slow endpoint's lanes keep their slot for a whole request, and a
+   * backlog's for a whole batch: without a cap, such a subscription fills every slot the moment the others have
+   * nothing ready, and their next events wait for its lanes to finish.
+   */
+  #slotShare(served: readonly string[]): number {
+    const { concurrency } = this.#options
+    if (served.length <= 1) return concurrency
+    return Math.ceil(concurrency / this.#sharers(served))
+  }
+
+  /**
+   * Whether a lane of this subscription should give its slot back before its next request: its subscription holds
+   * more slots than its share (it took them while the others were idle), and a lane of another subscription under
+   * its share waits for one. Handing back between requests bounds that wait by one request, not by a lane's batch.
+   */
+  #yieldSlot(subscriptionId: string): boolean {
+    if (this.#ready.length === 0) return false
+    const share = this.#slotShare(this.#targets.served())
+    if ((this.#activeBySubscription.get(subscriptionId) ?? 0) <= share) return false
+    return this.#ready.some(
+      (lane) =>
+        lane.subscriptionId !== subscriptionId &&
+        (this.#activeBySubscription.get(lane.subscriptionId) ?? 0) < share,
+    )
   }
 
   /** Adds `delta` to a per-subscription count, dropping it at zero (so `has` means "holds some"). */
   #count(counts: Map<string, number>, subscriptionId: string, delta: number): void {
+    if (counts === this.#held) this.#lastHeldAt.set(subscriptionId, this.#runtime.clock.now())
     const next = (counts.get(subscriptionId) ?? 0) + delta
     if (next > 0) counts.set(subscriptionId, next)
     else counts.delete(subscriptionId)
@@ -568,8 +635,9 @@ export class Relay {
 
   /**
    * Moves ready lanes into free delivery slots; a lane that finishes starts the next one itself. With several
-   * subscriptions ready, the slot goes to the one with the fewest lanes in delivery: a slow subscription that
-   * filled the slots gets no more of them while another one's lanes wait, so each keeps its share.
+   * subscriptions ready, the slot goes to the one with the fewest lanes in delivery, and never to one already
+   * filling its share of the slots ({@link Relay.#slotShare}): a slow or backlogged subscription's lanes wait in
+   * the ready queue rather than take the slots another subscription's next lanes need.
    */
   #startReady(): void {
     while (this.#state === 'running' && this.#active.size < this.#options.concurrency) {
@@ -589,18 +657,23 @@ export class Relay {
   }
 
   #nextReady(): ClaimedLane | undefined {
-    if (this.#activeBySubscription.size === 0 || this.#ready.length <= 1) return this.#ready.shift()
-    let best = 0
+    if (this.#activeBySubscription.size === 0 || this.#ready.length === 0) return this.#ready.shift()
+    const share = this.#slotShare(this.#targets.served())
+    let best = -1
     let bestActive = Number.POSITIVE_INFINITY
     for (let index = 0; index < this.#ready.length; index++) {
-      const active = this.#activeBySubscription.get(this.#ready[index]!.subscriptionId) ?? 0
-      if (active < bestActive) {
+      const { subscriptionId } = this.#ready[index]!
+      const active = this.#activeBySubscription.get(subscriptionId) ?? 0
+      if (active === 0) {
+        best = index
+        break
+      }
+      if (active < bestActive && active < share) {
         best = index
         bestActive = active
-        if (active === 0) break
       }
     }
-    return this.#ready.splice(best, 1)[0]
+    return best < 0 ? undefined : this.#ready.splice(best, 1)[0]
   }
 
   /** Waits `ms`, or less when a wake-up arrives (NOTIFY, a lane finishing, stop). A wake-up that came while the

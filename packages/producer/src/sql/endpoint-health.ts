@@ -18,7 +18,8 @@ export interface FailureHealth {
  * lane's `subscription_id`): it counts the failure into the subscription's streak, opens its breaker at the
  * threshold, and throttles it on a `Retry-After`. Written in the failure's own statement, so the bookkeeping costs
  * no round trip. The implicit subscription is left alone. `health` returns `opened` (this statement opened the
- * breaker) and the cool-down it set.
+ * breaker), the cool-down it set, and `open`: whether the breaker is open now, whoever opened it — so a relay that
+ * did not open it learns it from its next failure there, not from its next read of the subscriptions.
  */
 export function failureHealthCte(schema: string, health: FailureHealth): RawBuilder<unknown> {
   const { breaker, throttleMs } = health
@@ -42,7 +43,7 @@ export function failureHealthCte(schema: string, health: FailureHealth): RawBuil
       WHERE s.id = r.subscription_id AND s.id <> ${IMPLICIT_SUBSCRIPTION_ID}::uuid
         AND (${counts} OR ${throttleMs ?? null}::bigint IS NOT NULL)
       RETURNING s.breaker_state = 'open' AND s.breaker_opened_at = now() AND s.probe_token IS NULL AS opened,
-                s.failure_streak, s.breaker_cooldown_ms
+                s.breaker_state = 'open' AS open, s.failure_streak, s.breaker_cooldown_ms
     )`
 }
 
@@ -50,17 +51,25 @@ export function failureHealthCte(schema: string, health: FailureHealth): RawBuil
 export interface HealthOutcome {
   /** This failure opened the subscription's breaker: with the streak that did it and the cool-down set. */
   readonly opened: { readonly failureStreak: number; readonly cooldownMs: number } | undefined
+  /** The breaker is open now (opened by this failure or already, by any relay). */
+  readonly open: boolean
 }
 
 /** The select-list part that reads `health` back: add it to the failure statement's final SELECT. */
-export const HEALTH_COLUMNS = sql`(SELECT row_to_json(h) FROM health h WHERE h.opened) AS health`
+export const HEALTH_COLUMNS = sql`(SELECT row_to_json(h) FROM health h) AS health`
 
 /** Maps the `health` column read back into a {@link HealthOutcome}. */
 export function healthOutcome(value: unknown): HealthOutcome {
-  const row = value as { failure_streak?: number; breaker_cooldown_ms?: number } | null | undefined
-  if (!row) return { opened: undefined }
+  const row = value as
+    | { opened?: boolean; open?: boolean; failure_streak?: number; breaker_cooldown_ms?: number }
+    | null
+    | undefined
+  if (!row) return { opened: undefined, open: false }
   return {
-    opened: { failureStreak: Number(row.failure_streak), cooldownMs: Number(row.breaker_cooldown_ms) },
+    opened: row.opened
+      ? { failureStreak: Number(row.failure_streak), cooldownMs: Number(row.breaker_cooldown_ms) }
+      : undefined,
+    open: row.open === true,
   }
 }
 

@@ -48,6 +48,11 @@ export interface MarkSentResult {
  * All parts of one statement read the same snapshot, so the rows this statement marks still look pending to that
  * count: they are excluded by id. The count cannot see rows committed after the statement began; the relay covers
  * those with the NOTIFY that their enqueue sent (see the relay's mark writer).
+ *
+ * That count is a LATERAL probe with `LIMIT 1` per released lane, on the pending-lane index, never a join: as an
+ * `EXISTS`, PostgreSQL turned it into a hash semi-join over EVERY pending row of the outbox, so each flush cost
+ * grew with the backlog of any subscription (a failing or slow endpoint's, a large backlog) — flushes of 1 to 10 s
+ * at 10,000 pending rows, while every released lane, of every subscription, stayed leased until its flush landed.
  */
 export async function markSentAndRelease(
   ctx: SqlContext,
@@ -94,12 +99,13 @@ export async function markSentAndRelease(
       RETURNING l.subscription_id, l.aggregate_type, l.aggregate_id
     )${streakResetCte(schema, streaks)}${deliveredLogCte(schema, logged)}
     SELECT (SELECT count(*) FROM marked) AS marked, (SELECT count(*) FROM released) AS released,
-      (SELECT count(*) FROM released rl WHERE EXISTS (
+      (SELECT count(*) FROM released rl CROSS JOIN LATERAL (
         SELECT 1 FROM ${outbox} o
         WHERE o.subscription_id = rl.subscription_id AND o.aggregate_type = rl.aggregate_type
           AND o.aggregate_id = rl.aggregate_id AND o.status = 'pending'
           AND o.id NOT IN (SELECT m.id FROM m)
-      )) AS released_with_work`.execute(db)
+        LIMIT 1
+      ) pending) AS released_with_work`.execute(db)
   return {
     marked: Number(rows[0]?.marked ?? 0),
     released: Number(rows[0]?.released ?? 0),
