@@ -58,13 +58,19 @@ export function guardPool<P extends GuardablePool>(pool: P, logger: Logger = con
     )
   }
   if (isGuardedPool(pool)) return pool
-  // An idle client's cut reaches both listeners with the same error (the pool re-emits it): report it once.
+  // One cut is reported once. An idle client's cut reaches both listeners with the same error (the pool re-emits
+  // it); a checked-out client may emit two errors for one cut (the server's FATAL message, then "Connection
+  // terminated unexpectedly" when the socket closes): so both the error and the client are remembered.
   const reported = new WeakSet<object>()
-  const report = (where: 'idle' | 'checked out') => (error: Error) => {
-    if (typeof error === 'object' && error !== null) {
-      if (reported.has(error)) return
-      reported.add(error)
-    }
+  const seen = (thing: unknown): boolean => {
+    if (typeof thing !== 'object' || thing === null) return false
+    if (reported.has(thing)) return true
+    reported.add(thing)
+    return false
+  }
+  const report = (where: 'idle' | 'checked out', error: Error, client: unknown) => {
+    const already = seen(error)
+    if (seen(client) || already) return
     const { message, code } = error as { message?: unknown; code?: unknown }
     safeLog(
       logger,
@@ -73,17 +79,16 @@ export function guardPool<P extends GuardablePool>(pool: P, logger: Logger = con
       'a PostgreSQL connection was lost; its query fails and the pool opens a new connection',
     )
   }
-  const onIdle = report('idle')
-  const onCheckedOut = report('checked out')
-  pool.on('error', (error) => onIdle(error))
-  pool.on('connect', (client) => {
-    client.on('error', onCheckedOut)
-  })
+  const guardClient = (client: { on(event: 'error', listener: (error: Error) => void): unknown }) => {
+    client.on('error', (error) => report('checked out', error, client))
+  }
+  pool.on('error', (error, client) => report('idle', error, client))
+  pool.on('connect', guardClient)
   // Clients opened before the guard (pg-pool keeps them in `_clients`): the 'connect' listener never sees them.
   const opened = (pool as { _clients?: unknown })._clients
   if (Array.isArray(opened)) {
     for (const client of opened) {
-      if (typeof client?.on === 'function') client.on('error', onCheckedOut)
+      if (typeof client?.on === 'function') guardClient(client)
     }
   }
   Object.defineProperty(pool, GUARDED, { value: true, enumerable: false })
