@@ -6,7 +6,7 @@ import { Listener } from './listen.js'
 import { MarkBuffer } from './mark-buffer.js'
 import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
-import { type RelayRuntime, runtimeOf, sleep } from './runtime.js'
+import { interruptibleSleep, type RelayRuntime, runtimeOf, sleep } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
 import { checkSchemaNotNewer } from './schema-version.js'
 import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
@@ -683,15 +683,8 @@ export class Relay {
       this.#wakeRequested = false
       return Promise.resolve()
     }
-    const { clock } = this.#runtime
-    return new Promise((resolve) => {
-      const done = () => {
-        clock.clearTimeout(timer)
-        this.#wake = undefined
-        resolve()
-      }
-      const timer = clock.setTimeout(done, ms)
-      this.#wake = done
+    return interruptibleSleep(this.#runtime.clock, ms, (wake) => {
+      this.#wake = wake
     })
   }
 

@@ -44,3 +44,24 @@ export function runtimeOf(options: object): RelayRuntime {
 export function sleep(clock: Clock, ms: number): Promise<void> {
   return new Promise((resolve) => clock.setTimeout(resolve, ms))
 }
+
+/**
+ * Sleeps `ms` on `clock`, or less: while it sleeps, `setWake` holds the function that ends it at once (a NOTIFY, a
+ * stop), and is given `undefined` when it ends either way — so a wake-up that comes between two sleeps is the
+ * caller's to remember.
+ */
+export function interruptibleSleep(
+  clock: Clock,
+  ms: number,
+  setWake: (wake: (() => void) | undefined) => void,
+): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clock.clearTimeout(timer)
+      setWake(undefined)
+      resolve()
+    }
+    const timer = clock.setTimeout(done, ms)
+    setWake(done)
+  })
+}

@@ -1,6 +1,6 @@
 import type { RelayEventMap, RelayEvents } from './events.js'
 import type { ResolvedRelayOptions } from './options.js'
-import type { Clock } from './runtime.js'
+import { type Clock, interruptibleSleep } from './runtime.js'
 import { type BackfillBatchRow, runBackfillBatch } from './sql/backfill-batch.js'
 import type { SubscriptionTargets } from './subscription-targets.js'
 
@@ -97,15 +97,8 @@ export class SubscriptionBackfill {
   }
 
   #pause(ms: number): Promise<void> {
-    const { clock } = this.#ctx
-    return new Promise((resolve) => {
-      const done = () => {
-        clock.clearTimeout(timer)
-        this.#wake = undefined
-        resolve()
-      }
-      const timer = clock.setTimeout(done, ms)
-      this.#wake = done
+    return interruptibleSleep(this.#ctx.clock, ms, (wake) => {
+      this.#wake = wake
     })
   }
 
