@@ -24,6 +24,11 @@ export interface DeliveryTarget {
    * relay has `allowPrivateNetworks`); false for the operator's own `endpoint`, which is never checked.
    */
   readonly restricted: boolean
+  /**
+   * True when the claim may give it fewer lanes than the relay offers because of a limit counted across relays
+   * (a stored subscription's `maxInFlight`): a lane of it that finishes may be what lets the next one be claimed.
+   */
+  readonly limitedInFlight: boolean
 }
 
 /** The implicit subscription's target, from a relay given an `endpoint`. */
@@ -41,5 +46,6 @@ export function implicitTarget(
     maxAttempts: options.maxAttempts,
     onExhausted: options.onExhausted,
     restricted: false,
+    limitedInFlight: false,
   })
 }

@@ -164,6 +164,12 @@ export class Relay {
    * finishing lane changes nothing a NOTIFY or a release would not announce — waking then only costs an empty claim.
    */
   #roomBound = false
+  /**
+   * True when the last claim offered room to a subscription the database limits across relays (`maxInFlight`, an
+   * open breaker's single probe): it may have given fewer lanes than it could have had this relay's own leases been
+   * gone. So a lane release written (not a lane finishing: its lease counts until the release lands) wakes the loop.
+   */
+  #limitBound = false
   #closed = false
   /** Set by the test hooks' crash: a killed process writes nothing more. */
   #crashed = false
@@ -203,9 +209,13 @@ export class Relay {
         const { released, releasedWithWork } = await markSentAndRelease(this.#options, { marks, releases })
         // A released lane with pending rows is claimable now, and the claim loop may be waiting for a poll. The
         // count misses rows committed while the statement ran; their NOTIFY may have found the lane still leased,
-        // so a NOTIFY received during the write wakes the loop too. Releasing lanes with nothing left wakes no one:
+        // so a NOTIFY received during the write wakes the loop too, and so does any release while a subscription's
+        // limit held the last claim back (see #limitBound). Otherwise releasing lanes with nothing left wakes no one:
         // at a steady trickle that saved an empty claim per event.
-        if (releasedWithWork > 0 || (released > 0 && this.#notifications !== notifiedBefore))
+        if (
+          releasedWithWork > 0 ||
+          (released > 0 && (this.#limitBound || this.#notifications !== notifiedBefore))
+        )
           this.#requestWake()
       },
       onError: (error) => this.#reportError(error, 'flush'),
@@ -493,7 +503,7 @@ export class Relay {
     const idleRoom = rooms.reduce((sum, room) => sum + (this.#held.has(room.id) ? 0 : room.room), 0)
     const lookForIdle = idleRoom > 0 && this.#runtime.clock.now() - this.#lastClaimAt >= pollIntervalMs
     const lanes = Math.max(wanted, lookForIdle ? idleRoom : 0)
-    let claimed = 0
+    let claimed: readonly ClaimedLane[] = []
     let windowFull = false
     let budgetFull = bytesLeft <= 0
     if (lanes > 0 && !budgetFull && (wanted >= refillAt || slotFree || lookForIdle)) {
@@ -503,15 +513,37 @@ export class Relay {
         this.#giveBack(result.lanes)
         return 'wait'
       }
-      claimed = result.lanes.length
+      claimed = result.lanes
       windowFull = result.windowFull
       budgetFull = result.budgetFull
       this.#ready.push(...result.lanes)
       this.#startReady()
     }
-    const more = wanted > 0 && !budgetFull && (claimed === lanes || windowFull)
-    this.#roomBound = more || wanted <= 0 || budgetFull || (wanted < refillAt && !slotFree) || idleRoom > 0
+    const more = wanted > 0 && !budgetFull && (claimed.length === lanes || windowFull)
+    this.#roomBound =
+      more ||
+      wanted <= 0 ||
+      budgetFull ||
+      (wanted < refillAt && !slotFree) ||
+      this.#roomFilled(rooms, claimed)
+    this.#limitBound = rooms.some(
+      (room) => this.#targets.breakerOpen(room.id) || this.#targets.get(room.id)?.limitedInFlight === true,
+    )
     return more ? 'again' : 'wait'
+  }
+
+  /**
+   * Whether a subscription got all the room this relay offered it (none, when its share was full): then it may
+   * have more due lanes, and one of its lanes finishing should wake the loop. One that got less than its room had no
+   * more due lanes: a finishing lane changes nothing a NOTIFY or a release would not announce, and waking for it
+   * would only cost an empty claim per delivery (which a relay serving one endpoint at a steady rate paid).
+   */
+  #roomFilled(rooms: readonly { id: string; room: number }[], claimed: readonly ClaimedLane[]): boolean {
+    return rooms.some((room) => {
+      let got = 0
+      for (const lane of claimed) if (lane.subscriptionId === room.id) got += 1
+      return got >= room.room
+    })
   }
 
   /**

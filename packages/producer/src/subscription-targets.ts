@@ -194,6 +194,7 @@ export class SubscriptionTargets {
       maxAttempts: retrySchedule.length + 1,
       onExhausted: row.onExhausted ?? options.onExhausted,
       restricted: !options.allowPrivateNetworks,
+      limitedInFlight: row.maxInFlight !== null,
     })
   }
 

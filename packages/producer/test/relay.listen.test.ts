@@ -1,9 +1,9 @@
 import { createServer, type Socket } from 'node:net'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
-import { sql } from 'kysely'
+import { Kysely, PostgresDialect, sql } from 'kysely'
 import pg from 'pg'
 import { afterEach, describe, expect, it } from 'vitest'
-import { enqueue, Relay, silentLogger } from '../src/index.js'
+import { createSubscription, deleteSubscription, enqueue, Relay, silentLogger } from '../src/index.js'
 import { deferred, expectLanesLive, waitFor } from './support.js'
 
 const t = useTestDatabase()
@@ -91,6 +91,72 @@ describe('LISTEN/NOTIFY wake-ups', () => {
         await relay.stop()
         await sink.close()
       }
+    }
+  })
+
+  it('a relay serving one endpoint claims once per event at a steady trickle, not again after each delivery', async () => {
+    // A delivered lane with nothing left changes nothing a NOTIFY would not announce: waking for it would cost an
+    // empty claim per event (about two claims per event before this rule, on every single-endpoint relay).
+    let claims = 0
+    const pool = new pg.Pool({ connectionString: t.url, max: 4 })
+    const db = new Kysely<any>({
+      dialect: new PostgresDialect({ pool }),
+      log(event) {
+        if (/outbox_claim_(single_)?subscription_lanes/.test(event.query.sql)) claims++
+      },
+    })
+    const sink = await startSink()
+    const relay = new Relay({
+      db,
+      endpoint: sink.url,
+      pollIntervalMs: 10_000,
+      listen: { connectionString: t.url },
+      logger: silentLogger,
+    })
+    const events = 20
+    try {
+      await relay.start()
+      await waitFor(() => relay.listening, 'the LISTEN connection', 2000)
+      const before = claims
+      for (let n = 0; n < events; n++) {
+        await enqueueOne(`trickle-${n}`)
+        await waitFor(() => sink.requests.length === n + 1, `event ${n}`, 2000)
+        // Let the lane's release land before the next event, as at a steady rate.
+        await new Promise((resolve) => setTimeout(resolve, 15))
+      }
+      const perEvent = (claims - before) / events
+      expect(perEvent).toBeGreaterThanOrEqual(1)
+      expect(perEvent).toBeLessThanOrEqual(1.25)
+    } finally {
+      await relay.stop()
+      await sink.close()
+      await db.destroy()
+    }
+  })
+
+  it("a lane of a maxInFlight subscription that finishes wakes the claim for the subscription's next lane at once", async () => {
+    // The claim gave one lane where the relay offered many: the subscription's limit, counted across relays, was
+    // what held it back, so its lane finishing must bring the next claim, not the 10 s poll.
+    const sink = await startSink(async () => {
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      return { status: 200, body: { status: 'applied' } }
+    })
+    const { id } = await createSubscription(t.db, { url: sink.url, maxInFlight: 1 })
+    const relay = new Relay({
+      db: t.db,
+      subscriptions: [id],
+      allowPrivateNetworks: true,
+      pollIntervalMs: 10_000,
+      logger: silentLogger,
+    })
+    try {
+      for (let n = 0; n < 4; n++) await enqueueOne(`limited-${n}`)
+      await relay.start()
+      await waitFor(() => sink.requests.length === 4, 'four lanes, one after the other', 3000)
+    } finally {
+      await relay.stop()
+      await sink.close()
+      await deleteSubscription(t.db, id)
     }
   })
 

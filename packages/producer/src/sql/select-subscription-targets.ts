@@ -20,6 +20,8 @@ export interface SubscriptionTargetRow {
   readonly secrets: readonly string[]
   /** Its endpoint breaker is open: lanes are not claimed, and those claimed before are handed back. */
   readonly breakerOpen: boolean
+  /** Its `maxInFlight`, counted across relays by the claim (null: none). */
+  readonly maxInFlight: number | null
 }
 
 /**
@@ -44,10 +46,11 @@ export async function selectSubscriptionTargets(
     request_timeout_ms: number | null
     secrets: string[] | null
     breaker_open: boolean
+    max_in_flight: number | null
   }>`
     SELECT s.id, s.state = 'enabled' AS enabled, s.backfill_state IS NOT DISTINCT FROM 'running' AS backfilling,
            s.name, s.url, s.on_exhausted, s.retry_schedule, s.request_timeout_ms,
-           s.breaker_state = 'open' AS breaker_open,
+           s.breaker_state = 'open' AS breaker_open, s.max_in_flight,
            array_agg(k.secret ORDER BY k.expires_at IS NOT NULL, k.created_at DESC)
              FILTER (WHERE k.secret IS NOT NULL) AS secrets
     FROM ${sql.id(schema, 'outbox_subscription')} s
@@ -66,5 +69,6 @@ export async function selectSubscriptionTargets(
     requestTimeoutMs: row.request_timeout_ms,
     secrets: row.secrets ?? [],
     breakerOpen: row.breaker_open,
+    maxInFlight: row.max_in_flight,
   }))
 }
