@@ -176,4 +176,50 @@ describe('the claim of one subscription (migration 0017)', () => {
       )
     }
   })
+
+  it('an empty claim of one subscription reads a handful of rows, however many another subscription holds due', async () => {
+    await sql`TRUNCATE outbox_subscription CASCADE`.execute(t.db)
+    await seed([])
+    const [target, backlog, history] = [crypto.randomUUID(), crypto.randomUUID(), crypto.randomUUID()]
+    for (const id of [target, backlog, history])
+      await sql`INSERT INTO outbox_subscription (id, url, name) VALUES (${id}::uuid, 'https://hooks.example.com/', ${id})`.execute(
+        t.db,
+      )
+    // Another subscription's backlog of due rows, and a delivered history, as the planner's statistics see them.
+    await sql`
+      INSERT INTO outbox (subscription_id, event_id, aggregate_type, aggregate_id, sequence, event_type, payload,
+                          payload_bytes, status, available_at, sent_at)
+      SELECT CASE WHEN n < 36000 THEN ${backlog}::uuid ELSE ${history}::uuid END, gen_random_uuid(), 'doc',
+             'a' || (n % 500), n / 500 + 1, 'doc.saved', '{}', 2,
+             CASE WHEN n < 36000 THEN 'pending' ELSE 'sent' END, now() - interval '1 minute',
+             CASE WHEN n >= 36000 THEN now() END
+      FROM generate_series(0, 37999) AS n`.execute(t.db)
+    await sql`ANALYZE outbox, outbox_lane`.execute(t.db)
+    const args = { room: 16, lanes: 16, scanRows: 256, batch: 10, maxBytes: 1 << 20 }
+    // This backend's reads of the outbox and its indexes around the claim, in one transaction (rolled back).
+    const rowsRead = await t.db
+      .transaction()
+      .execute(async (trx) => {
+        const reads = async () => {
+          const { rows } = await sql<{ n: string }>`
+            SELECT sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_fetched(c.oid)) AS n
+            FROM pg_class c
+            WHERE c.oid = 'outbox'::regclass
+               OR c.oid IN (SELECT i.indexrelid FROM pg_index i WHERE i.indrelid = 'outbox'::regclass)`.execute(
+            trx,
+          )
+          return Number(rows[0]!.n)
+        }
+        const before = await reads()
+        const { rows } = await single(target, args).execute(trx)
+        expect(rows).toEqual([])
+        throw new RolledBack([(await reads()) - before])
+      })
+      .catch((error: unknown) => {
+        if (!(error instanceof RolledBack)) throw error
+        return error.rows[0] as number
+      })
+    // The check for anything due reads the end of the due index: not the other subscription's 36,000 due rows.
+    expect(rowsRead).toBeLessThanOrEqual(10)
+  })
 })

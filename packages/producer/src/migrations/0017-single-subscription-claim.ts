@@ -16,8 +16,8 @@
  *   met by the next claim, as it would be by 0012's.
  * - A disabled stored subscription (not the implicit one) or a throttled one (`Retry-After`) gets no lane, as in
  *   0012; so does a room of 0.
- * - Nothing due (no pending row of the subscription with `available_at <= now()`): it returns before the claim
- *   statement starts, one probe of the due index.
+ * - Nothing due (the subscription's earliest pending `available_at` is later than now, or it has none): it
+ *   returns before the claim statement starts, one probe of the due index.
  * - Otherwise the claim statement is 0012's for one subscription: the due scan over the subscription's due index,
  *   skipping leased lanes (a hashed set of this subscription's leased lanes) and lanes blocked by `onExhausted:
  *   'block'`; the head computed before any due filter (the ordering rule); `FOR UPDATE SKIP LOCKED` on the lane
@@ -70,10 +70,13 @@ BEGIN
         ARRAY[p_subscription], ARRAY[p_room], p_lanes, p_lease_ms, p_scan_rows, p_batch, p_max_bytes);
     RETURN;
   END IF;
-  IF v_room <= 0 OR NOT EXISTS (
-    SELECT 1 FROM ${s}.outbox o
-    WHERE o.subscription_id = p_subscription AND o.status = 'pending' AND o.available_at <= now()
-  ) THEN
+  -- The earliest due time, not EXISTS: a generic plan of EXISTS assumes matching rows are common and may scan the
+  -- whole table for the first one (a healthy subscription beside another's backlog of pending rows: 20-40 ms per
+  -- empty check), while min() is read from the end of the due index whatever the statistics say.
+  IF v_room <= 0 OR NOT coalesce((
+    SELECT min(o.available_at) FROM ${s}.outbox o
+    WHERE o.subscription_id = p_subscription AND o.status = 'pending'
+  ) <= now(), false) THEN
     RETURN;
   END IF;
   WITH due AS (
