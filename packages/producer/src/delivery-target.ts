@@ -26,7 +26,7 @@ export interface DeliveryTarget {
   readonly restricted: boolean
   /**
    * True when the claim may give it fewer lanes than the relay offers because of a limit counted across relays
-   * (a stored subscription's `maxInFlight`): a lane of it that finishes may be what lets the next one be claimed.
+   * (a stored subscription's `maxInFlight`): the release of one of its lanes may be what lets the next be claimed.
    */
   readonly limitedInFlight: boolean
 }

@@ -54,11 +54,6 @@ BEGIN
   -- See 0007: a claim need not wait for its WAL flush, and its statements keep one plan per connection.
   PERFORM set_config('synchronous_commit', 'off', true);
   PERFORM set_config('plan_cache_mode', 'force_generic_plan', true);
-  -- Every join here looks rows up by key from a small set (the due lanes, the claimed ones): nested loops. Without
-  -- this, the generic plan, which cannot know the room, took the due set for a thousand rows and hashed the whole
-  -- lane table instead, testing every lane's head (12-22 ms per claim of 8-32 lanes beside 1,000 lanes).
-  PERFORM set_config('enable_hashjoin', 'off', true);
-  PERFORM set_config('enable_mergejoin', 'off', true);
   SELECT sub.max_in_flight IS NOT NULL OR sub.rate_per_second IS NOT NULL OR sub.breaker_state = 'open',
          CASE
          WHEN sub.state = 'disabled' AND sub.id <> '00000000-0000-0000-0000-000000000000' THEN 0
@@ -75,6 +70,12 @@ BEGIN
         ARRAY[p_subscription], ARRAY[p_room], p_lanes, p_lease_ms, p_scan_rows, p_batch, p_max_bytes);
     RETURN;
   END IF;
+  -- Every join below looks rows up by key from a small set (the due lanes, the claimed ones): nested loops. Without
+  -- this, the generic plan, which cannot know the room, took the due set for a thousand rows and hashed the whole
+  -- lane table instead, testing every lane's head (12-22 ms per claim of 8-32 lanes beside 1,000 lanes). Set after
+  -- the hand-over above, so the general claim always plans with the server's settings.
+  PERFORM set_config('enable_hashjoin', 'off', true);
+  PERFORM set_config('enable_mergejoin', 'off', true);
   -- The earliest due time, not EXISTS: a generic plan of EXISTS assumes matching rows are common and may scan the
   -- whole table for the first one (a healthy subscription beside another's backlog of pending rows: 20-40 ms per
   -- empty check), while min() is read from the end of the due index whatever the statistics say.
