@@ -1,10 +1,10 @@
 import { createServer, type Socket } from 'node:net'
 import { startSink, useTestDatabase } from '@outbox/test-harness'
-import { Kysely, PostgresDialect, sql } from 'kysely'
+import { sql } from 'kysely'
 import pg from 'pg'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createSubscription, deleteSubscription, enqueue, Relay, silentLogger } from '../src/index.js'
-import { deferred, expectLanesLive, waitFor } from './support.js'
+import { countingClaims, deferred, expectLanesLive, waitFor } from './support.js'
 
 const t = useTestDatabase()
 
@@ -97,14 +97,7 @@ describe('LISTEN/NOTIFY wake-ups', () => {
   it('a relay serving one endpoint claims once per event at a steady trickle, not again after each delivery', async () => {
     // A delivered lane with nothing left changes nothing a NOTIFY would not announce: waking for it would cost an
     // empty claim per event (about two claims per event before this rule, on every single-endpoint relay).
-    let claims = 0
-    const pool = new pg.Pool({ connectionString: t.url, max: 4 })
-    const db = new Kysely<any>({
-      dialect: new PostgresDialect({ pool }),
-      log(event) {
-        if (event.query.sql.includes('outbox_claim_subscription_lanes')) claims++
-      },
-    })
+    const { db, claims } = countingClaims(t.url)
     const sink = await startSink()
     const relay = new Relay({
       db,
@@ -117,14 +110,14 @@ describe('LISTEN/NOTIFY wake-ups', () => {
     try {
       await relay.start()
       await waitFor(() => relay.listening, 'the LISTEN connection', 2000)
-      const before = claims
+      const before = claims()
       for (let n = 0; n < events; n++) {
         await enqueueOne(`trickle-${n}`)
         await waitFor(() => sink.requests.length === n + 1, `event ${n}`, 2000)
         // Let the lane's release land before the next event, as at a steady rate.
         await new Promise((resolve) => setTimeout(resolve, 15))
       }
-      const perEvent = (claims - before) / events
+      const perEvent = (claims() - before) / events
       expect(perEvent).toBeGreaterThanOrEqual(1)
       expect(perEvent).toBeLessThanOrEqual(1.25)
     } finally {
@@ -134,9 +127,9 @@ describe('LISTEN/NOTIFY wake-ups', () => {
     }
   })
 
-  it("a lane of a maxInFlight subscription that finishes wakes the claim for the subscription's next lane at once", async () => {
-    // The claim gave one lane where the relay offered many: the subscription's limit, counted across relays, was
-    // what held it back, so its lane finishing must bring the next claim, not the 10 s poll.
+  it("the release of a maxInFlight subscription's lane wakes the claim for its next lane at once", async () => {
+    // The claim gave one lane where the relay offered many: the subscription's limit, counted across relays from
+    // live leases, was what held it back, so the lane's release landing must bring the next claim, not the 10 s poll.
     const sink = await startSink(async () => {
       await new Promise((resolve) => setTimeout(resolve, 20))
       return { status: 200, body: { status: 'applied' } }

@@ -1,6 +1,5 @@
 import { type Sink, useTestDatabase } from '@outbox/test-harness'
-import { Kysely, PostgresDialect, sql } from 'kysely'
-import pg from 'pg'
+import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import {
   createSubscription,
@@ -13,7 +12,7 @@ import {
 import { systemClock } from '../src/runtime.js'
 import { claimLanes } from '../src/sql/claim-lanes.js'
 import { sequencesByAggregate, useStoredSubscriptions } from './stored-subscriptions.js'
-import { waitFor } from './support.js'
+import { countingClaims, waitFor } from './support.js'
 
 const t = useTestDatabase()
 const stored = useStoredSubscriptions(t, { pollIntervalMs: 50 }, () =>
@@ -56,20 +55,6 @@ function worstWindow(target: Sink, ratePerSecond: number, slackMs: number): numb
     }
   }
   return worst
-}
-
-/** A Kysely instance on its own pool that counts the relay's claims (calls of the claim function). */
-function countingDb(): { db: Kysely<any>; claims: () => number } {
-  let claims = 0
-  const pool = new pg.Pool({ connectionString: t.url, max: 4 })
-  pool.on('error', () => {})
-  const db = new Kysely<any>({
-    dialect: new PostgresDialect({ pool }),
-    log(event) {
-      if (event.query.sql.includes('outbox_claim_subscription_lanes')) claims++
-    },
-  })
-  return { db, claims: () => claims }
 }
 
 /** Rows still pending for a subscription. */
@@ -186,7 +171,7 @@ describe('ratePerSecond', () => {
     const target = await stored.sink()
     await createSubscription(t.db, { url: target.url, ratePerSecond: rate })
     await backlog('hl', 300)
-    const counting = countingDb()
+    const counting = countingClaims(t.url)
     const relay = stored.relay({ db: counting.db, concurrency: 8, pollIntervalMs })
     try {
       const started = performance.now()

@@ -1,4 +1,5 @@
-import { type Kysely, sql } from 'kysely'
+import { Kysely, PostgresDialect, sql } from 'kysely'
+import pg from 'pg'
 import { checkIntegrity, enqueue } from '../src/index.js'
 
 /** Enqueues `count` events for each aggregate id, each in its own transaction, in round-robin order. */
@@ -111,4 +112,18 @@ export async function storeSubscriptions(
 export function metricValue(text: string, name: string, labels = ''): number | undefined {
   const line = text.split('\n').find((one) => one.startsWith(`${name}${labels} `))
   return line === undefined ? undefined : Number(line.split(' ')[1])
+}
+
+/** A Kysely instance on its own pool (4 connections) that counts the relay's claims (calls of the claim function). */
+export function countingClaims(url: string): { db: Kysely<any>; claims: () => number } {
+  let claims = 0
+  const pool = new pg.Pool({ connectionString: url, max: 4 })
+  pool.on('error', () => {})
+  const db = new Kysely<any>({
+    dialect: new PostgresDialect({ pool }),
+    log(event) {
+      if (event.query.sql.includes('outbox_claim_subscription_lanes')) claims++
+    },
+  })
+  return { db, claims: () => claims }
 }
