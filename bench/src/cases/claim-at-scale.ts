@@ -174,11 +174,11 @@ async function explainClaim(url: string): Promise<{ executionMs: number; plan: s
       SET auto_explain.log_buffers = on; SET auto_explain.log_nested_statements = on;
       SET auto_explain.log_format = json; SET client_min_messages = log`)
     await client.query('BEGIN')
-    // The relay's own call (migration 0012's claim, for the implicit subscription): the older overloads refuse
-    // with OB001 since 0008, so a claim the relay does not make would plan nothing.
+    // The relay's own call (migration 0017's claim of one subscription, the implicit one): the older overloads
+    // refuse with OB001 since 0008, so a claim the relay does not make would plan nothing.
     await client.query(
-      'SELECT * FROM outbox_claim_subscription_lanes($1::uuid[], $2::integer[], $3, $4, $5, $6, $7)',
-      [[IMPLICIT_SUBSCRIPTION_ID], [LANES], LANES, 60_000, SCAN_ROWS, BATCH, DEFAULT_MAX_BUFFERED_BYTES],
+      'SELECT * FROM outbox_claim_single_subscription_lanes($1::uuid, $2::integer, $3, $4, $5, $6, $7)',
+      [IMPLICIT_SUBSCRIPTION_ID, LANES, LANES, 60_000, SCAN_ROWS, BATCH, DEFAULT_MAX_BUFFERED_BYTES],
     )
     await client.query('ROLLBACK')
     const claim = logged.find((message) => message.includes('"LockRows"'))

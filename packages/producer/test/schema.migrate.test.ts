@@ -45,6 +45,7 @@ const PRODUCER_MIGRATIONS = [
   '0014_backfill',
   '0015_trace_context',
   '0016_backfill_every_holder',
+  '0017_single_subscription_claim',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */
@@ -57,7 +58,12 @@ async function dropFunction(db: Kysely<any>, schema: string, name: string): Prom
 
 /** Takes 0008 (subscriptions) back out of a schema, as the release before it left the schema. */
 async function rollBackSubscriptions(db: Kysely<any>, schema: string): Promise<void> {
-  for (const name of ['outbox_insert_deliveries', 'outbox_type_matches']) await dropFunction(db, schema, name)
+  for (const name of [
+    'outbox_insert_deliveries',
+    'outbox_type_matches',
+    'outbox_claim_single_subscription_lanes',
+  ])
+    await dropFunction(db, schema, name)
   await sql
     .raw(`
       DROP FUNCTION ${schema}.outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text);
@@ -237,6 +243,7 @@ describe('migrate', () => {
     await migrate(t.db, { schema: 'tenant_stale_relay' })
     await dropFunction(t.db, 'tenant_stale_relay', 'outbox_claim_lanes')
     await dropFunction(t.db, 'tenant_stale_relay', 'outbox_claim_subscription_lanes')
+    await dropFunction(t.db, 'tenant_stale_relay', 'outbox_claim_single_subscription_lanes')
     // As the third release left it: neither the claim function nor anything later.
     await sql`DELETE FROM tenant_stale_relay.outbox_producer_migration WHERE name >= '0004'`.execute(t.db)
     // Nothing is pending, so the endpoint is never called: only the claim runs.
@@ -333,6 +340,7 @@ describe('migrate', () => {
       await sql`SET LOCAL search_path TO tenant_gone`.execute(trx)
       // As the README's "Migrations go forward only" gives them: keep the two in step.
       await sql`DROP FUNCTION IF EXISTS
+        outbox_claim_single_subscription_lanes(uuid, integer, integer, bigint, integer, integer, bigint),
         outbox_claim_subscription_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint),
   outbox_claim_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint),
         outbox_claim_lanes(integer, bigint, integer, integer, bigint),

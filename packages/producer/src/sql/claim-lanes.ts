@@ -1,5 +1,5 @@
 // outbox_claim_subscription_lanes — body in force: migration 0012 (0009's endpoint-health claim with a rate per
-// subscription).
+// subscription); outbox_claim_single_subscription_lanes — migration 0017 (the same claim for one subscription).
 import { sql } from 'kysely'
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { Clock } from '../runtime.js'
@@ -41,7 +41,7 @@ export interface ClaimRequest {
   readonly clock: Clock
 }
 
-/** One row of `outbox_claim_subscription_lanes`: a claimed lane, with one of its events or (when it has none) nulls. */
+/** One row of either claim function: a claimed lane, with one of its events or (when it has none) nulls. */
 interface ClaimRow {
   subscription_id: string
   aggregate_type: string
@@ -70,7 +70,8 @@ type LaneInProgress = Omit<ClaimedLane, 'events' | 'heldBytes'> & { events: Lane
 
 /**
  * Claims up to `lanes` free lanes whose head is due, under a fresh token and a lease in DATABASE time, and reads
- * each one's head and the rows behind it — one call of the schema's `outbox_claim_subscription_lanes`, whose plans PostgreSQL
+ * each one's head and the rows behind it — one call of the schema's `outbox_claim_subscription_lanes` (or, for one
+ * subscription, `outbox_claim_single_subscription_lanes`: the same claim through a smaller plan), whose plans PostgreSQL
  * keeps per connection. Each lane comes back mapped, once, into the {@link ClaimedLane} the relay keeps: its
  * events, the bytes they hold and the relay-clock times around the call (`clock.now()` before it is sent and after
  * it returns).
@@ -118,9 +119,17 @@ export async function claimLanes(ctx: SqlContext, request: ClaimRequest): Promis
   // Taken before the claim is sent: the local deadline can only be earlier than the database's.
   const claimedAt = clock.now()
   const deadline = claimedAt + leaseMs
-  // Raw SQL: a set-returning function call with positional arguments, which Kysely's builder has no form for.
+  // Raw SQL: a set-returning function call with positional arguments, which Kysely's builder has no form for. One
+  // subscription is claimed through migration 0017's leaner function (same rows, a smaller plan to start per call),
+  // which hands a limited one (maxInFlight, rate, open breaker) to the general claim itself.
+  const single = subscriptions.length === 1 ? subscriptions[0]! : undefined
   const { rows } = await withCurrentSchema(schema, () =>
-    sql<ClaimRow>`
+    single
+      ? sql<ClaimRow>`
+      SELECT * FROM ${sql.id(schema, 'outbox_claim_single_subscription_lanes')}(
+        ${single.id}::uuid, ${single.room}::integer, ${lanes}::integer, ${leaseMs}::bigint, ${scanRows}::integer, ${batchSize}::integer, ${maxBytes}::bigint
+      )`.execute(db)
+      : sql<ClaimRow>`
       SELECT * FROM ${sql.id(schema, 'outbox_claim_subscription_lanes')}(
         ${subscriptions.map((s) => s.id)}::uuid[], ${subscriptions.map((s) => s.room)}::integer[], ${lanes}::integer, ${leaseMs}::bigint, ${scanRows}::integer, ${batchSize}::integer, ${maxBytes}::bigint
       )`.execute(db),
