@@ -29,6 +29,11 @@ export interface DeliveryTarget {
    * (a stored subscription's `maxInFlight`): the release of one of its lanes may be what lets the next be claimed.
    */
   readonly limitedInFlight: boolean
+  /**
+   * True when a claim that offers it room locks its subscription row (its `maxInFlight` or rate is counted there):
+   * such a claim may wait for another relay's claim of it.
+   */
+  readonly claimLocksRow: boolean
 }
 
 /** The implicit subscription's target, from a relay given an `endpoint`. */
@@ -47,5 +52,6 @@ export function implicitTarget(
     onExhausted: options.onExhausted,
     restricted: false,
     limitedInFlight: false,
+    claimLocksRow: false,
   })
 }

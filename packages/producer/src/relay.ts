@@ -149,7 +149,21 @@ export class Relay {
   #ready: ClaimedLane[] = []
   /** Payload bytes read and not yet delivered, across every lane held: bounded by `maxBufferedBytes`. */
   #heldBytes = 0
-  #claiming = false
+  /** Claims in flight: the claim loop's, and at most one express claim beside it (see {@link Relay.#startExpress}). */
+  #claims = 0
+  /** The claim loop's claim is in flight. */
+  #loopClaiming = false
+  /** The subscriptions the claim loop's claim in flight offered room to, and the byte budget it was given. */
+  #loopClaimFor: ReadonlySet<string> = new Set()
+  #loopClaimBytes = 0
+  /**
+   * Subscriptions whose last claim gave them all the room it offered: they may have more due lanes (a backlog).
+   * The others had none left when claimed: their next lane is an event committed since.
+   */
+  readonly #filled = new Set<string>()
+  /** The express claim running beside the claim loop's, and the subscriptions it offers room to. */
+  #express: Promise<void> | undefined
+  #expressFor: ReadonlySet<string> = new Set()
   #state: 'idle' | 'running' | 'stopping' = 'idle'
   #abort = new AbortController()
   #loop: Promise<void> | undefined
@@ -252,7 +266,7 @@ export class Relay {
         await this.#backfill.step()
       },
       activity: () => ({
-        claiming: this.#claiming,
+        claiming: this.#claims > 0,
         activeLanes: this.#active.size,
         readyLanes: this.#ready.length,
         requestsInFlight: this.#sender.inFlight,
@@ -351,6 +365,7 @@ export class Relay {
         () => {
           this.#notifications += 1
           this.#requestWake()
+          this.#startExpress()
         },
         logger,
         (error) => this.#events.emit('relay:error', { error, during: 'listen' }),
@@ -425,7 +440,7 @@ export class Relay {
     // hands its lanes back itself when it returns (see #pass).
     // The backfill starts no batch once stopping; its batch in flight is one statement, which commits or rolls
     // back whole.
-    const settled = Promise.allSettled([...this.#active, this.#backfill.settled()])
+    const settled = Promise.allSettled([...this.#active, this.#backfill.settled(), this.#express])
     await Promise.race([Promise.all([settled, this.#loop]), sleep(clock, timeoutMs + STOP_GRACE_MS)])
     clock.clearTimeout(abortTimer)
     // Lanes claimed ahead but never started go back untouched, in the same flush as everything else.
@@ -499,7 +514,10 @@ export class Relay {
     const wanted = 2 * concurrency - this.#active.size - this.#ready.length
     const slotFree = this.#active.size < concurrency
     const bytesLeft = this.#context.bytesLeft()
-    const rooms = this.#rooms(2 * concurrency)
+    // A subscription an express claim is claiming for now gets no room here: it is in one claim at a time.
+    const rooms = this.#rooms(2 * concurrency).map((room) =>
+      this.#expressFor.has(room.id) ? { id: room.id, room: 0 } : room,
+    )
     const idleRoom = rooms.reduce((sum, room) => sum + (this.#held.has(room.id) ? 0 : room.room), 0)
     const lookForIdle = idleRoom > 0 && this.#runtime.clock.now() - this.#lastClaimAt >= pollIntervalMs
     const lanes = Math.max(wanted, lookForIdle ? idleRoom : 0)
@@ -507,7 +525,24 @@ export class Relay {
     let windowFull = false
     let budgetFull = bytesLeft <= 0
     if (lanes > 0 && !budgetFull && (wanted >= refillAt || slotFree || lookForIdle)) {
-      const result = await this.#claim(rooms, lanes, bytesLeft)
+      const offered = rooms.filter((room) => room.room > 0)
+      // A claim that may take a while leaves the share of the byte budget that the other subscriptions' rooms make
+      // to an express claim beside it (see #startExpress).
+      const slow = offered.some((room) => this.#slowToClaim(room.id))
+      const maxBytes = slow ? bytesLeft - this.#expressShare(offered, bytesLeft) : bytesLeft
+      this.#loopClaiming = true
+      this.#lastClaimAt = this.#runtime.clock.now()
+      this.#loopClaimFor = new Set(offered.map((room) => room.id))
+      this.#loopClaimBytes = maxBytes
+      let result: ClaimResult
+      try {
+        result = await this.#claim(rooms, lanes, maxBytes)
+      } finally {
+        this.#loopClaiming = false
+        this.#loopClaimFor = new Set()
+        this.#loopClaimBytes = 0
+      }
+      this.#noteFilled(offered, result.lanes)
       if (this.#state !== 'running') {
         // Stopped (or crashed) while the claim ran: its lanes were never started.
         this.#giveBack(result.lanes)
@@ -544,6 +579,100 @@ export class Relay {
       for (const lane of claimed) if (lane.subscriptionId === room.id) got += 1
       return got >= room.room
     })
+  }
+
+  /** Notes, for each subscription a claim offered room to, whether it got all of it ({@link Relay.#filled}). */
+  #noteFilled(offered: readonly { id: string; room: number }[], claimed: readonly ClaimedLane[]): void {
+    for (const room of offered) {
+      let got = 0
+      for (const lane of claimed) if (lane.subscriptionId === room.id) got += 1
+      if (got >= room.room) this.#filled.add(room.id)
+      else this.#filled.delete(room.id)
+    }
+  }
+
+  /**
+   * Whether a claim that offers this subscription room may take a while: it has a backlog (its last claim got all
+   * the room offered, and reading many lanes' rows takes time), or the claim locks its row (`maxInFlight`, a rate,
+   * an open breaker's probe) and may wait there for another relay's claim of it.
+   */
+  #slowToClaim(subscriptionId: string): boolean {
+    return (
+      this.#filled.has(subscriptionId) ||
+      this.#targets.breakerOpen(subscriptionId) ||
+      this.#targets.get(subscriptionId)?.claimLocksRow === true
+    )
+  }
+
+  /**
+   * The part of `bytesLeft` a claim that may take a while leaves to an express claim: the share of the rooms it
+   * offers that goes to the subscriptions an express claim would serve.
+   */
+  #expressShare(offered: readonly { id: string; room: number }[], bytesLeft: number): number {
+    let quick = 0
+    let total = 0
+    for (const room of offered) {
+      total += room.room
+      if (!this.#slowToClaim(room.id)) quick += room.room
+    }
+    return total === 0 ? 0 : Math.floor((bytesLeft * quick) / total)
+  }
+
+  /**
+   * On a NOTIFY while the claim loop's claim may take a while ({@link Relay.#slowToClaim}: it includes a backlog,
+   * or waits for a limited subscription's row that another relay's claim holds): claims at once, beside it, for the
+   * subscriptions that are quick to claim. An event committed while the loop's claim runs is not in its snapshot:
+   * without this, a quiet subscription's next event waited for that claim to return, and then for a claim of its
+   * own. The express claim never waits for a subscription row: it offers room to none that is slow to claim.
+   *
+   * One express claim at a time; it claims again while NOTIFYs keep arriving and the loop's claim is still in flight.
+   * A subscription it claims for gets no room from the loop's next claim until it returns. The loop's claim in
+   * flight may also give such a subscription lanes, so it may briefly hold up to twice its share of the relay's
+   * room: a local queue only, since every limit across relays (`maxInFlight`, a rate, an open breaker) is the
+   * claim function's, under the subscription row's lock. The byte budget is not shared: the express claim spends
+   * what the loop's claim left it ({@link Relay.#expressShare}), and lanes that would overrun it go back unopened.
+   */
+  #startExpress(): void {
+    if (this.#express || !this.#loopClaiming || this.#state !== 'running') return
+    if (![...this.#loopClaimFor].some((id) => this.#slowToClaim(id))) return
+    this.#express = this.#runExpress().finally(() => {
+      this.#express = undefined
+    })
+  }
+
+  async #runExpress(): Promise<void> {
+    const { concurrency, maxBufferedBytes } = this.#options
+    let seen: number | undefined
+    while (this.#state === 'running' && this.#loopClaiming && seen !== this.#notifications) {
+      seen = this.#notifications
+      const offered = this.#rooms(2 * concurrency).filter(
+        (room) => room.room > 0 && !this.#slowToClaim(room.id),
+      )
+      const lanes = offered.reduce((sum, room) => sum + room.room, 0)
+      const maxBytes = maxBufferedBytes - this.#heldBytes - this.#loopClaimBytes
+      if (lanes === 0 || maxBytes <= 0) return
+      this.#expressFor = new Set(offered.map((room) => room.id))
+      let result: ClaimResult
+      try {
+        result = await this.#claim(offered, lanes, maxBytes)
+      } catch (error) {
+        this.#reportError(error, 'claim')
+        return
+      } finally {
+        this.#expressFor = new Set()
+      }
+      this.#noteFilled(offered, result.lanes)
+      const held = result.lanes.reduce((sum, lane) => sum + lane.heldBytes, 0)
+      // Stopped meanwhile, or one event larger than what was left: never started, handed back.
+      if (this.#state !== 'running' || held > maxBytes) {
+        this.#giveBack(result.lanes)
+        return
+      }
+      this.#ready.push(...result.lanes)
+      this.#startReady()
+      // A subscription that got all its room may have more: the loop looks once its claim returns.
+      if (offered.some((room) => this.#filled.has(room.id))) this.#requestWake()
+    }
   }
 
   /**
@@ -726,8 +855,7 @@ export class Relay {
     maxBytes: number,
   ): Promise<ClaimResult> {
     const { leaseMs, batchSize } = this.#options
-    this.#claiming = true
-    this.#lastClaimAt = this.#runtime.clock.now()
+    this.#claims += 1
     let result: ClaimResult
     try {
       // Once per relay, before its first claim: a schema a newer release migrated is refused, every claim, until
@@ -749,7 +877,7 @@ export class Relay {
       // Tracing only: the claimed events' trace contexts, in one statement (see sql/select-trace-contexts.ts).
       await readClaimedTraceContexts(this.#options, result.lanes)
     } finally {
-      this.#claiming = false
+      this.#claims -= 1
     }
     for (const lane of result.lanes) {
       this.#heldBytes += lane.heldBytes

@@ -195,6 +195,7 @@ export class SubscriptionTargets {
       onExhausted: row.onExhausted ?? options.onExhausted,
       restricted: !options.allowPrivateNetworks,
       limitedInFlight: row.maxInFlight !== null,
+      claimLocksRow: row.maxInFlight !== null || row.rateLimited,
     })
   }
 

@@ -22,6 +22,8 @@ export interface SubscriptionTargetRow {
   readonly breakerOpen: boolean
   /** Its `maxInFlight`, counted across relays by the claim (null: none). */
   readonly maxInFlight: number | null
+  /** It has a `ratePerSecond` (a token bucket on its row, spent by the claim). */
+  readonly rateLimited: boolean
 }
 
 /**
@@ -47,10 +49,11 @@ export async function selectSubscriptionTargets(
     secrets: string[] | null
     breaker_open: boolean
     max_in_flight: number | null
+    rate_limited: boolean
   }>`
     SELECT s.id, s.state = 'enabled' AS enabled, s.backfill_state IS NOT DISTINCT FROM 'running' AS backfilling,
            s.name, s.url, s.on_exhausted, s.retry_schedule, s.request_timeout_ms,
-           s.breaker_state = 'open' AS breaker_open, s.max_in_flight,
+           s.breaker_state = 'open' AS breaker_open, s.max_in_flight, s.rate_per_second IS NOT NULL AS rate_limited,
            array_agg(k.secret ORDER BY k.expires_at IS NOT NULL, k.created_at DESC)
              FILTER (WHERE k.secret IS NOT NULL) AS secrets
     FROM ${sql.id(schema, 'outbox_subscription')} s
@@ -70,5 +73,6 @@ export async function selectSubscriptionTargets(
     secrets: row.secrets ?? [],
     breakerOpen: row.breaker_open,
     maxInFlight: row.max_in_flight,
+    rateLimited: row.rate_limited,
   }))
 }
