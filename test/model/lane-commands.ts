@@ -237,7 +237,10 @@ export const laneCommands: fc.Arbitrary<Command>[] = [
 
 /**
  * The shape of a run: 2–3 relays (mixed 'skip'/'block' fleets too) — the first serves the implicit subscription,
- * the second the stored ones, a third either — 2–3 aggregates, 2–3 attempts.
+ * the second the stored ones, a third either — 2–3 aggregates, 1–3 attempts. One attempt (no retries, a quarter
+ * of the runs) keeps dead letters common: with two or more only, few runs failed one event's every attempt once
+ * subscriptions and backfills joined the mix (1–3 dead letters in 30 s), and a 45 s CI run met none, failing the
+ * test's coverage check.
  */
 export const systemConfigs: fc.Arbitrary<SystemConfig> = fc.record({
   relays: fc
@@ -255,7 +258,7 @@ export const systemConfigs: fc.Arbitrary<SystemConfig> = fc.record({
       ...relays.slice(2),
     ]),
   aggregates: fc.integer({ min: 2, max: 3 }),
-  retrySchedule: fc.constantFrom([5_000], [5_000], [5_000, 300_000]),
+  retrySchedule: fc.constantFrom([], [5_000], [5_000], [5_000, 300_000]),
   batchSize: fc.integer({ min: 1, max: 3 }),
   seed: fc.integer(),
 })
