@@ -71,7 +71,8 @@ function ourRelayProcesses(name: string, processes: number, capMs: number): Syst
       }
       return {
         async go() {
-          for (const relay of relays) relay.go()
+          // Every relay is told at once; each starts within milliseconds (no LISTEN connection to open).
+          await Promise.all(relays.map((relay) => relay.go()))
           return async () => {
             await Promise.all(relays.map((relay) => relay.stop()))
           }

@@ -50,7 +50,10 @@ const script = fileURLToPath(new URL('../relay-process.ts', import.meta.url))
 
 /** A relay in its own OS process, armed: it has connected and built its relay, and starts on {@link go}. */
 export interface RelayProcess {
-  go(): void
+  /** Starts it; resolves once it runs (its LISTEN connection up, when it has one). */
+  go(): Promise<void>
+  /** The p99 of its event loop's delay since {@link go}, in milliseconds. */
+  loopDelayP99(): Promise<number>
   /** Graceful stop (marks flushed, lanes released); kills it if it does not exit in time. */
   stop(): Promise<void>
 }
@@ -80,7 +83,28 @@ export async function spawnRelayProcess(options: RelayProcessOptions): Promise<R
   }
   return {
     go() {
+      const started = new Promise<void>((resolve) => {
+        const onMessage = (message: unknown) => {
+          if (message !== 'started') return
+          child.off('message', onMessage)
+          resolve()
+        }
+        child.on('message', onMessage)
+      })
       child.send('go')
+      return withTimeout(started, 30_000, 'a relay process to start')
+    },
+    loopDelayP99() {
+      const answer = new Promise<number>((resolve) => {
+        const onMessage = (message: { loopDelayP99?: number }) => {
+          if (typeof message?.loopDelayP99 !== 'number') return
+          child.off('message', onMessage)
+          resolve(message.loopDelayP99)
+        }
+        child.on('message', onMessage)
+      })
+      child.send('loop')
+      return withTimeout(answer, 10_000, 'a relay process to report its event loop')
     },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return
