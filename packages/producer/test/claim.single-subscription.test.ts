@@ -247,8 +247,10 @@ describe('the claim of one subscription (migration 0017)', () => {
     const args = { room: 8, lanes: 8, scanRows: 256, batch: 10, maxBytes: 1 << 20 }
     const { rows, rowsRead } = await readsOfClaim(single(IMPLICIT_SUBSCRIPTION_ID, args))
     expect(new Set(rows.map((row: any) => row.aggregate_id)).size).toBe(8)
-    // The due scan's window (64 rows), two head lookups per candidate lane and ten rows per claimed lane: about 200.
-    // Testing every lane's head instead (a plan that hashes the lane table) reads over 1,000.
-    expect(rowsRead).toBeLessThan(500)
+    // Bounded by the due scan's window (64 rows), the head lookups of its candidate lanes and ten rows per claimed
+    // lane: about 200 on PostgreSQL 18, exactly 500 on 14 (whose plan looks up the heads of every candidate in the
+    // window, not only until eight are picked). Testing every lane's head instead (a plan that hashes the lane
+    // table) reads over 1,000.
+    expect(rowsRead).toBeLessThan(1000)
   })
 })
