@@ -53,6 +53,13 @@ const SCAN_ROWS_PER_LANE = 8
  */
 const BUSY_MEMORY_MS = 1000
 
+/** How many of `claimed` belong to a subscription. */
+function lanesOf(claimed: readonly ClaimedLane[], subscriptionId: string): number {
+  let count = 0
+  for (const lane of claimed) if (lane.subscriptionId === subscriptionId) count += 1
+  return count
+}
+
 /** What one pass of the claim loop asks next: go again at once, or wait for a wake-up or the poll. */
 type Pass = 'again' | 'wait'
 
@@ -151,11 +158,8 @@ export class Relay {
   #heldBytes = 0
   /** Claims in flight: the claim loop's, and at most one express claim beside it (see {@link Relay.#startExpress}). */
   #claims = 0
-  /** The claim loop's claim is in flight. */
-  #loopClaiming = false
-  /** The subscriptions the claim loop's claim in flight offered room to, and the byte budget it was given. */
-  #loopClaimFor: ReadonlySet<string> = new Set()
-  #loopClaimBytes = 0
+  /** The claim loop's claim in flight: the subscriptions it offered room to, and the byte budget it was given. */
+  #loopClaim: { readonly offered: ReadonlySet<string>; readonly bytes: number } | undefined
   /**
    * Subscriptions whose last claim gave them all the room it offered: they may have more due lanes (a backlog).
    * The others had none left when claimed: their next lane is an event committed since.
@@ -530,17 +534,13 @@ export class Relay {
       // to an express claim beside it (see #startExpress).
       const slow = offered.some((room) => this.#slowToClaim(room.id))
       const maxBytes = slow ? bytesLeft - this.#expressShare(offered, bytesLeft) : bytesLeft
-      this.#loopClaiming = true
       this.#lastClaimAt = this.#runtime.clock.now()
-      this.#loopClaimFor = new Set(offered.map((room) => room.id))
-      this.#loopClaimBytes = maxBytes
+      this.#loopClaim = { offered: new Set(offered.map((room) => room.id)), bytes: maxBytes }
       let result: ClaimResult
       try {
         result = await this.#claim(rooms, lanes, maxBytes)
       } finally {
-        this.#loopClaiming = false
-        this.#loopClaimFor = new Set()
-        this.#loopClaimBytes = 0
+        this.#loopClaim = undefined
       }
       this.#noteFilled(offered, result.lanes)
       if (this.#state !== 'running') {
@@ -574,19 +574,13 @@ export class Relay {
    * would only cost an empty claim per delivery (which a relay serving one endpoint at a steady rate paid).
    */
   #roomFilled(rooms: readonly { id: string; room: number }[], claimed: readonly ClaimedLane[]): boolean {
-    return rooms.some((room) => {
-      let got = 0
-      for (const lane of claimed) if (lane.subscriptionId === room.id) got += 1
-      return got >= room.room
-    })
+    return rooms.some((room) => lanesOf(claimed, room.id) >= room.room)
   }
 
   /** Notes, for each subscription a claim offered room to, whether it got all of it ({@link Relay.#filled}). */
   #noteFilled(offered: readonly { id: string; room: number }[], claimed: readonly ClaimedLane[]): void {
     for (const room of offered) {
-      let got = 0
-      for (const lane of claimed) if (lane.subscriptionId === room.id) got += 1
-      if (got >= room.room) this.#filled.add(room.id)
+      if (lanesOf(claimed, room.id) >= room.room) this.#filled.add(room.id)
       else this.#filled.delete(room.id)
     }
   }
@@ -633,8 +627,9 @@ export class Relay {
    * what the loop's claim left it ({@link Relay.#expressShare}), and lanes that would overrun it go back unopened.
    */
   #startExpress(): void {
-    if (this.#express || !this.#loopClaiming || this.#state !== 'running') return
-    if (![...this.#loopClaimFor].some((id) => this.#slowToClaim(id))) return
+    const loopClaim = this.#loopClaim
+    if (this.#express || !loopClaim || this.#state !== 'running') return
+    if (![...loopClaim.offered].some((id) => this.#slowToClaim(id))) return
     this.#express = this.#runExpress().finally(() => {
       this.#express = undefined
     })
@@ -643,13 +638,13 @@ export class Relay {
   async #runExpress(): Promise<void> {
     const { concurrency, maxBufferedBytes } = this.#options
     let seen: number | undefined
-    while (this.#state === 'running' && this.#loopClaiming && seen !== this.#notifications) {
+    while (this.#state === 'running' && this.#loopClaim && seen !== this.#notifications) {
       seen = this.#notifications
       const offered = this.#rooms(2 * concurrency).filter(
         (room) => room.room > 0 && !this.#slowToClaim(room.id),
       )
       const lanes = offered.reduce((sum, room) => sum + room.room, 0)
-      const maxBytes = maxBufferedBytes - this.#heldBytes - this.#loopClaimBytes
+      const maxBytes = maxBufferedBytes - this.#heldBytes - this.#loopClaim.bytes
       if (lanes === 0 || maxBytes <= 0) return
       this.#expressFor = new Set(offered.map((room) => room.id))
       let result: ClaimResult
