@@ -5,6 +5,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url'
 import { type EnqueueInput, enqueueMany, migrate, type RelayOptions } from '@outbox/producer'
 import { openKysely } from '@outbox/test-harness'
 import { sql } from 'kysely'
+import { askChild } from './child-ipc.js'
 import { withTimeout } from './timing.js'
 import { type Backlog, backlogEvent } from './workload.js'
 
@@ -82,29 +83,22 @@ export async function spawnRelayProcess(options: RelayProcessOptions): Promise<R
     throw error
   }
   return {
-    go() {
-      const started = new Promise<void>((resolve) => {
-        const onMessage = (message: unknown) => {
-          if (message !== 'started') return
-          child.off('message', onMessage)
-          resolve()
-        }
-        child.on('message', onMessage)
-      })
-      child.send('go')
-      return withTimeout(started, 30_000, 'a relay process to start')
+    async go() {
+      await askChild(
+        child,
+        'go',
+        (answer) => (answer === 'started' ? true : undefined),
+        'a relay process to start',
+        30_000,
+      )
     },
     loopDelayP99() {
-      const answer = new Promise<number>((resolve) => {
-        const onMessage = (message: { loopDelayP99?: number }) => {
-          if (typeof message?.loopDelayP99 !== 'number') return
-          child.off('message', onMessage)
-          resolve(message.loopDelayP99)
-        }
-        child.on('message', onMessage)
-      })
-      child.send('loop')
-      return withTimeout(answer, 10_000, 'a relay process to report its event loop')
+      return askChild(
+        child,
+        'loop',
+        (answer: { loopDelayP99?: number }) => answer?.loopDelayP99,
+        'a relay process to report its event loop',
+      )
     },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return

@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { createRequire } from 'node:module'
 import { fileURLToPath, pathToFileURL } from 'node:url'
+import { askChild } from './child-ipc.js'
 import type { OrderReport } from './order-tracker.js'
 import { withTimeout } from './timing.js'
 
@@ -51,17 +52,13 @@ export async function spawnSinkProcess(options: SinkProcessOptions): Promise<Sin
   }
   return {
     url,
-    async report() {
-      const answer = new Promise<OrderReport>((resolve) => {
-        const onMessage = (message: { report?: OrderReport }) => {
-          if (!message.report) return
-          child.off('message', onMessage)
-          resolve(message.report)
-        }
-        child.on('message', onMessage)
-      })
-      child.send('report')
-      return await withTimeout(answer, 10_000, 'a sink process to report')
+    report() {
+      return askChild(
+        child,
+        'report',
+        (answer: { report?: OrderReport }) => answer?.report,
+        'a sink process to report',
+      )
     },
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return
