@@ -1,6 +1,6 @@
-import { useTestDatabase } from '@outbox/test-harness'
+import { openKysely, useTestDatabase } from '@outbox/test-harness'
 import fc from 'fast-check'
-import { sql } from 'kysely'
+import { type Kysely, sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { IMPLICIT_SUBSCRIPTION_ID } from '../src/index.js'
 
@@ -112,8 +112,9 @@ async function claimWith(statement: ReturnType<typeof sql>): Promise<unknown[]> 
 /** One claim in a transaction that is rolled back, with this backend's reads of the outbox and its indexes. */
 async function readsOfClaim(
   statement: ReturnType<typeof sql>,
+  db: Kysely<any> = t.db,
 ): Promise<{ rows: unknown[]; rowsRead: number }> {
-  return await t.db
+  return await db
     .transaction()
     .execute(async (trx) => {
       const reads = async () => {
@@ -253,4 +254,59 @@ describe('the claim of one subscription (migration 0017)', () => {
     // table) reads over 1,000.
     expect(rowsRead).toBeLessThan(1000)
   })
+})
+
+describe('both claims on a fresh install (migration 0018)', () => {
+  it.each([
+    ['the claim of one subscription', single],
+    ['the general claim', general],
+  ])(
+    '%s, first planned while the outbox was empty, still reads by key once the outbox has grown',
+    async (_, claim) => {
+      await seed([])
+      // The implicit subscription (an earlier test may have emptied the table): the claim of one subscription hands a
+      // subscription it does not find to the general claim.
+      await sql`
+      INSERT INTO outbox_subscription (id, name) VALUES (${IMPLICIT_SUBSCRIPTION_ID}::uuid, 'default')
+      ON CONFLICT DO NOTHING`.execute(t.db)
+      // A fresh install: statistics of empty tables, and no autovacuum ANALYZE to replan before the second claim.
+      await sql`ANALYZE outbox, outbox_lane`.execute(t.db)
+      await sql`ALTER TABLE outbox SET (autovacuum_enabled = false)`.execute(t.db)
+      // One connection, so the second claim runs the generic plans the first one made (plans are kept per connection).
+      const db = openKysely(t.url, { max: 1 })
+      try {
+        const lane = async (aggregateId: string, sequence: number) => {
+          await sql`
+          INSERT INTO outbox_lane (subscription_id, aggregate_type, aggregate_id)
+          VALUES (${IMPLICIT_SUBSCRIPTION_ID}::uuid, 'doc', ${aggregateId}) ON CONFLICT DO NOTHING`.execute(
+            t.db,
+          )
+          await sql`
+          INSERT INTO outbox (subscription_id, event_id, aggregate_type, aggregate_id, sequence, event_type, payload,
+                              payload_bytes, available_at)
+          VALUES (${IMPLICIT_SUBSCRIPTION_ID}::uuid, gen_random_uuid(), 'doc', ${aggregateId}, ${sequence},
+                  'doc.saved', '{}', 2, now() - interval '1 second')`.execute(t.db)
+        }
+        const args = { room: 8, lanes: 8, scanRows: 256, batch: 10, maxBytes: 1 << 20 }
+        await lane('first', 1)
+        const first = await readsOfClaim(claim(IMPLICIT_SUBSCRIPTION_ID, args), db)
+        expect(first.rows).toHaveLength(1)
+        // The outbox grows to 5,000 delivered rows, as a relay's first seconds on a fresh install leave it.
+        await sql`
+        INSERT INTO outbox (subscription_id, event_id, aggregate_type, aggregate_id, sequence, event_type, payload,
+                            payload_bytes, status, available_at, sent_at)
+        SELECT ${IMPLICIT_SUBSCRIPTION_ID}::uuid, gen_random_uuid(), 'doc', 'a' || (n % 1000), n / 1000 + 1,
+               'doc.saved', '{}', 2, 'sent', now() - interval '1 minute', now()
+        FROM generate_series(0, 4999) AS n`.execute(t.db)
+        await lane('a7', 6)
+        const grown = await readsOfClaim(claim(IMPLICIT_SUBSCRIPTION_ID, args), db)
+        expect(grown.rows.map((row: any) => row.aggregate_id).sort()).toEqual(['a7', 'first'])
+        // Two lanes' rows, looked up by key: a plan that scanned the outbox for them read every row, once or more.
+        expect(grown.rowsRead).toBeLessThan(100)
+      } finally {
+        await db.destroy()
+        await sql`ALTER TABLE outbox RESET (autovacuum_enabled)`.execute(t.db)
+      }
+    },
+  )
 })
