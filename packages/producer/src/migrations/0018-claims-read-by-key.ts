@@ -4,17 +4,17 @@
  *
  * Why: a claim's statements keep one generic plan per connection (0004), made on their first call. On an outbox
  * that looked empty then — a fresh install, its statistics from an ANALYZE of empty tables or from none — PostgreSQL
- * planned reads of the outbox as sequential scans (the final read of the claimed rows, `LEFT JOIN outbox o ON o.id =
- * k.id`, in both functions), and the cached plan kept scanning the whole outbox on every
- * claim as the table grew, until autovacuum's next ANALYZE replanned it: at a steady 200 events/s from an empty
- * outbox the one-subscription claim's read of its rows took 0.8 ms at the median (1.6 ms at 2,000 rows) against
- * 0.04 ms by key, and a general claim over 5,000 delivered rows read 40,000 rows to return two lanes.
+ * planned the final read of the claimed rows (`LEFT JOIN outbox o ON o.id = k.id`, in both functions) as a
+ * sequential scan, and the cached plan went on scanning the whole outbox on every claim as the table grew, until
+ * autovacuum's next ANALYZE replanned it. At a steady 200 events/s from an empty outbox that read took 0.8 ms of the
+ * one-subscription claim at the median (1.6 ms at 2,000 rows) against 0.04 ms by key; over 5,000 delivered rows the
+ * general claim read 40,016 rows to return two lanes (`claim.single-subscription.test.ts`).
  *
  * Every table both functions read has an index for what they read it by (the due index, the pending-lane index, the
  * outbox and lane primary keys, the leased and blocked lane indexes, the subscription's primary key), so without
  * sequential scans each statement is planned by key, as on an analysed outbox. The general claim also loses hash and
  * merge joins, as 0017's claim has since its first version: with sequential scans off, its planner fed them a full
- * scan of the outbox's primary key instead (10,000 rows read for two lanes in the same test). Its joins all look rows
+ * scan of the outbox's primary key instead (10,020 rows read for the same two lanes). Its joins all look rows
  * up by key from a small set (the due lanes, the picked ones, the claimed ones), so nested loops are the plans an
  * analysed outbox gets anyway.
  *
