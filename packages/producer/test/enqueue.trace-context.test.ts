@@ -2,7 +2,7 @@
 // through enqueue's nine-argument overload and enqueueMany's extra statement; nothing outside a span; and the
 // stored context is a prefix the relay can continue (one trace id, the request span as parent).
 import { context, createTraceState, trace } from '@opentelemetry/api'
-import { useTestDatabase } from '@outbox/test-harness'
+import { openKysely, useTestDatabase } from '@outbox/test-harness'
 import { type InMemoryTracing, installInMemoryTracing } from '@outbox/test-harness/tracing'
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -83,5 +83,49 @@ describe('the trace context enqueue stores', () => {
     const parsed = JSON.parse(text!) as { traceparent: string; tracestate: string }
     expect(parsed.traceparent).toMatch(/^00-0af7651916cd43dd8448eb211c80319c-[0-9a-f]{16}-01$/)
     expect(parsed.tracestate).toBe('vendor=opaque')
+  })
+
+  it('in a span on a fresh install, each enqueue still finds its rows by key once the outbox has grown (migration 0018)', async () => {
+    await sql`TRUNCATE outbox, outbox_counter, outbox_lane`.execute(t.db)
+    // A fresh install: statistics of an empty outbox, and no autovacuum ANALYZE to replan on the way.
+    await sql`ANALYZE outbox`.execute(t.db)
+    await sql`ALTER TABLE outbox SET (autovacuum_enabled = false)`.execute(t.db)
+    // One connection, so the last enqueue runs the plans the first ones made (plans are kept per connection).
+    const db = openKysely(t.url, { max: 1 })
+    try {
+      const tracedEnqueue = () =>
+        inSpan(() =>
+          db.transaction().execute(async (trx) => {
+            const reads = async () => {
+              const { rows } = await sql<{ n: string }>`
+                SELECT sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_fetched(c.oid)) AS n
+                FROM pg_class c
+                WHERE c.oid = 'outbox'::regclass
+                   OR c.oid IN (SELECT i.indexrelid FROM pg_index i WHERE i.indrelid = 'outbox'::regclass)`.execute(
+                trx,
+              )
+              return Number(rows[0]!.n)
+            }
+            const before = await reads()
+            await enqueue(trx, event('fresh'))
+            return (await reads()) - before
+          }),
+        )
+      // Past PostgreSQL's first five custom plans, so the cached generic one is what runs from then on.
+      for (let n = 0; n < 6; n++) await tracedEnqueue()
+      await sql`
+        INSERT INTO outbox (event_id, aggregate_type, aggregate_id, sequence, event_type, payload, payload_bytes,
+                            status, available_at, sent_at)
+        SELECT gen_random_uuid(), 'history', 'h' || (n % 1000), n / 1000 + 1, 'history.entry', '{}', 2, 'sent',
+               now(), now()
+        FROM generate_series(0, 4999) AS n`.execute(t.db)
+      const { result: rowsRead } = await tracedEnqueue()
+      // The event's two rows (one per subscription), found by event id: a plan that scanned the outbox for them read
+      // all of its 5,000 rows and more.
+      expect(rowsRead).toBeLessThan(100)
+    } finally {
+      await db.destroy()
+      await sql`ALTER TABLE outbox RESET (autovacuum_enabled)`.execute(t.db)
+    }
   })
 })

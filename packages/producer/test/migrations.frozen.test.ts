@@ -23,7 +23,7 @@ const FROZEN: Readonly<Record<string, string>> = {
   '0015_trace_context': 'fb365a9613c6e01783c887f886b23b997bcf2eaac0940a5bfbd1bd8d0f8e10a3',
   '0016_backfill_every_holder': '780e7393dd6d7aa097ebffeb641f53dbeebd66b37dbdb236cb03fc0417ddb980',
   '0017_single_subscription_claim': '59aaec9e532ae968dd26dc8057348da5b7fdef2fb1e7505b64daa1437d31af72',
-  '0018_claims_read_by_key': '9fcb5eb802c9865f38f1859f58d68e9c7ce0cc86928f55d8fd04198c0334dcbc',
+  '0018_read_by_key': '2c2eca0131465937b145663783dead02370a9994525ac3b7fe2e4208dd83075b',
 }
 
 describeFrozenMigrations(

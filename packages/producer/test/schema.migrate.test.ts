@@ -46,7 +46,7 @@ const PRODUCER_MIGRATIONS = [
   '0015_trace_context',
   '0016_backfill_every_holder',
   '0017_single_subscription_claim',
-  '0018_claims_read_by_key',
+  '0018_read_by_key',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */

@@ -15,7 +15,7 @@ import { migration0014 } from './0014-backfill.js'
 import { migration0015 } from './0015-trace-context.js'
 import { migration0016 } from './0016-backfill-every-holder.js'
 import { migration0017 } from './0017-single-subscription-claim.js'
-import { migration0018 } from './0018-claims-read-by-key.js'
+import { migration0018 } from './0018-read-by-key.js'
 
 /** One migration of the producer schema: the name the migrator records, and its full SQL text. */
 export interface ProducerMigration {
@@ -50,5 +50,5 @@ export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0015_trace_context', sql: migration0015 },
   { name: '0016_backfill_every_holder', sql: migration0016 },
   { name: '0017_single_subscription_claim', sql: migration0017 },
-  { name: '0018_claims_read_by_key', sql: migration0018 },
+  { name: '0018_read_by_key', sql: migration0018 },
 ]

@@ -1,6 +1,7 @@
 /**
- * Migration 0018: both claim functions plan without sequential scans, whatever the statistics say. Self-contained
- * and frozen once merged: a later change is a new migration with its own full text.
+ * Migration 0018: both claim functions, and enqueue's recording of a trace context, plan without sequential scans,
+ * whatever the statistics say. Self-contained and frozen once merged: a later change is a new migration with its own
+ * full text.
  *
  * Why: a claim's statements keep one generic plan per connection (0004), made on their first call. On an outbox
  * that looked empty then — a fresh install, its statistics from an ANALYZE of empty tables or from none — PostgreSQL
@@ -18,6 +19,13 @@
  * up by key from a small set (the due lanes, the picked ones, the claimed ones), so nested loops are the plans an
  * analysed outbox gets anyway.
  *
+ * Enqueue inside an active trace (0015's nine-argument `outbox_enqueue`) records the context with `UPDATE outbox …
+ * WHERE event_id = p_event_id`, and its plan, kept per connection the same way, scanned the outbox too: each traced
+ * enqueue read every row of it (20,017 rows per call over 10,000 rows), in the producer's own transaction. The
+ * `(event_id, subscription_id)` unique index finds them by key; the function it calls first (the untraced
+ * `outbox_enqueue`, and `outbox_insert_deliveries` inside) reads only by key and a handful of subscription rows, so
+ * planning those without sequential scans too, when called from here, changes nothing.
+ *
  * `SET` clauses, not `set_config` in the body: they hold for the call and are restored when the function returns, so
  * the caller's own settings are untouched and a claim planned through 0017's hand-over to 0012's function plans
  * exactly as one called directly; the functions' `set_config(..., true)` of `synchronous_commit` still lasts until
@@ -30,5 +38,7 @@ ALTER FUNCTION ${s}.outbox_claim_single_subscription_lanes(uuid, integer, intege
   SET enable_seqscan = off;
 ALTER FUNCTION ${s}.outbox_claim_subscription_lanes(uuid[], integer[], integer, bigint, integer, integer, bigint)
   SET enable_seqscan = off SET enable_hashjoin = off SET enable_mergejoin = off;
+ALTER FUNCTION ${s}.outbox_enqueue(uuid, text, text, text, jsonb, integer, text, text, text)
+  SET enable_seqscan = off;
 `
 }
