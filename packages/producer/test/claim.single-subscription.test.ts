@@ -3,6 +3,7 @@ import fc from 'fast-check'
 import { type Kysely, sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { IMPLICIT_SUBSCRIPTION_ID } from '../src/index.js'
+import { outboxRowsRead } from './support.js'
 
 const t = useTestDatabase()
 
@@ -117,19 +118,9 @@ async function readsOfClaim(
   return await db
     .transaction()
     .execute(async (trx) => {
-      const reads = async () => {
-        const { rows } = await sql<{ n: string }>`
-          SELECT sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_fetched(c.oid)) AS n
-          FROM pg_class c
-          WHERE c.oid = 'outbox'::regclass
-             OR c.oid IN (SELECT i.indexrelid FROM pg_index i WHERE i.indrelid = 'outbox'::regclass)`.execute(
-          trx,
-        )
-        return Number(rows[0]!.n)
-      }
-      const before = await reads()
+      const before = await outboxRowsRead(trx)
       const { rows } = await statement.execute(trx)
-      throw new RolledBack([{ rows, rowsRead: (await reads()) - before }])
+      throw new RolledBack([{ rows, rowsRead: (await outboxRowsRead(trx)) - before }])
     })
     .catch((error: unknown) => {
       if (!(error instanceof RolledBack)) throw error

@@ -7,6 +7,7 @@ import { type InMemoryTracing, installInMemoryTracing } from '@outbox/test-harne
 import { sql } from 'kysely'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createSubscription, enqueue, enqueueMany } from '../src/index.js'
+import { outboxRowsRead } from './support.js'
 
 const t = useTestDatabase()
 let tracing: InMemoryTracing
@@ -96,19 +97,9 @@ describe('the trace context enqueue stores', () => {
       const tracedEnqueue = () =>
         inSpan(() =>
           db.transaction().execute(async (trx) => {
-            const reads = async () => {
-              const { rows } = await sql<{ n: string }>`
-                SELECT sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_fetched(c.oid)) AS n
-                FROM pg_class c
-                WHERE c.oid = 'outbox'::regclass
-                   OR c.oid IN (SELECT i.indexrelid FROM pg_index i WHERE i.indrelid = 'outbox'::regclass)`.execute(
-                trx,
-              )
-              return Number(rows[0]!.n)
-            }
-            const before = await reads()
+            const before = await outboxRowsRead(trx)
             await enqueue(trx, event('fresh'))
-            return (await reads()) - before
+            return (await outboxRowsRead(trx)) - before
           }),
         )
       // Past PostgreSQL's first five custom plans, so the cached generic one is what runs from then on.

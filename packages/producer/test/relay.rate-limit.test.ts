@@ -12,7 +12,7 @@ import {
 import { systemClock } from '../src/runtime.js'
 import { claimLanes } from '../src/sql/claim-lanes.js'
 import { sequencesByAggregate, useStoredSubscriptions } from './stored-subscriptions.js'
-import { countingClaims, waitFor } from './support.js'
+import { countingClaims, outboxRowsRead, waitFor } from './support.js'
 
 const t = useTestDatabase()
 const stored = useStoredSubscriptions(t, { pollIntervalMs: 50 }, () =>
@@ -124,17 +124,7 @@ describe('ratePerSecond', () => {
      */
     const claim = () =>
       t.db.transaction().execute(async (trx) => {
-        const reads = async () => {
-          const { rows } = await sql<{ n: string }>`
-            SELECT sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_fetched(c.oid)) AS n
-            FROM pg_class c
-            WHERE c.oid = 'outbox'::regclass
-               OR c.oid IN (SELECT i.indexrelid FROM pg_index i WHERE i.indrelid = 'outbox'::regclass)`.execute(
-            trx,
-          )
-          return Number(rows[0]!.n)
-        }
-        const before = await reads()
+        const before = await outboxRowsRead(trx)
         const result = await claimLanes(
           { db: trx, schema: 'public' },
           {
@@ -147,7 +137,7 @@ describe('ratePerSecond', () => {
             clock: systemClock,
           },
         )
-        return { ...result, rowsRead: (await reads()) - before }
+        return { ...result, rowsRead: (await outboxRowsRead(trx)) - before }
       })
     // A full bucket holds one token: one lane, with one event, and its window (8 rows for a room of 1) filled up —
     // but not reported, since the rate bounded its room.

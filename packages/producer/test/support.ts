@@ -128,3 +128,16 @@ export function countingClaims(url: string): { db: Kysely<any>; claims: () => nu
   })
   return { db, claims: () => claims }
 }
+
+/**
+ * The rows and index entries of the outbox that this backend's transaction has read so far (its own counters, which
+ * also hold reads not yet flushed to the statistics): read it before and after a statement in one transaction.
+ */
+export async function outboxRowsRead(trx: Kysely<any>): Promise<number> {
+  const { rows } = await sql<{ n: string }>`
+    SELECT sum(pg_stat_get_xact_tuples_returned(c.oid) + pg_stat_get_xact_tuples_fetched(c.oid)) AS n
+    FROM pg_class c
+    WHERE c.oid = 'outbox'::regclass
+       OR c.oid IN (SELECT i.indexrelid FROM pg_index i WHERE i.indrelid = 'outbox'::regclass)`.execute(trx)
+  return Number(rows[0]!.n)
+}
