@@ -309,6 +309,8 @@ async function deliverRow(
   }
 
   if (outcome.kind === 'success') {
+    // The endpoint answers: its subscription is in good standing again for the slot rule.
+    ctx.targets.setFailing(lane.subscriptionId, false)
     ctx.marks.mark({
       id: row.id,
       claimToken: lane.claimToken,
@@ -379,6 +381,8 @@ async function deliverRow(
     ...(logged ? { log: logged } : {}),
   }
   const health = failureHealth(ctx, target, outcome.httpStatus, outcome.retryAfterMs)
+  // Known to fail or time out: the slot rule bounds what its lanes hold until it answers again.
+  if (countsAsOutage(outcome.httpStatus)) ctx.targets.setFailing(lane.subscriptionId, true)
   const recorded =
     health?.countsAsFailure && health.breaker !== false
       ? ctx.targets.recording(target.subscriptionId)

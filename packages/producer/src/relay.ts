@@ -9,6 +9,7 @@ import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } fro
 import { interruptibleSleep, type RelayRuntime, runtimeOf, sleep } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
 import { checkSchemaNotNewer } from './schema-version.js'
+import { claimRooms, pickNext, type SlotPicture, shouldYield } from './slot-rule.js'
 import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
 import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
@@ -47,7 +48,7 @@ const SCAN_ROWS_PER_LANE = 8
 
 /**
  * How long a subscription still counts as busy after it last held a lane, when the relay shares its slots (see
- * {@link Relay.#slotShare}). A subscription with a steady trickle of events holds no lane for moments between them;
+ * `slot-rule.ts`). A subscription with a steady trickle of events holds no lane for moments between them;
  * forgetting it then would hand its share to a slow or backlogged subscription, whose lanes keep a slot for a whole
  * request (2 s on a slow endpoint) — and the trickle's next event would wait for one of them.
  */
@@ -689,77 +690,47 @@ export class Relay {
 
   /**
    * How many lanes each served subscription may be given by the next claim, out of `capacity` held lanes (claimed
-   * ahead or in delivery). One subscription gets all of it. With several, each may hold an even share among the
-   * busy ones, with one share kept for the rest ({@link Relay.#sharers}): so a subscription that is slow or has a
-   * backlog keeps, at most, its share, and another one's lanes are claimed as soon as they are due.
+   * ahead or in delivery): the slot rule's {@link claimRooms}.
    */
   #rooms(capacity: number): { id: string; room: number }[] {
-    const served = this.#targets.served()
-    if (served.length === 1) {
-      const held = this.#held.get(served[0]!) ?? 0
-      return [{ id: served[0]!, room: Math.max(0, capacity - held) }]
-    }
-    const busy = this.#busy(served)
-    return served.map((id) => {
-      // A subscription not busy yet is counted as if it joined the busy ones, with the share for the rest kept
-      // while any other is idle: when none is busy (a relay starting beside a backlog), one claim would otherwise
-      // give the first subscription with due lanes all of the capacity.
-      const joined = busy.has(id) ? busy.size : busy.size + 1
-      const sharers = joined + (served.length > joined ? 1 : 0)
-      return { id, room: Math.max(0, Math.ceil(capacity / sharers) - (this.#held.get(id) ?? 0)) }
-    })
+    return claimRooms(this.#picture(), capacity)
   }
 
   /**
-   * Between how many subscriptions the relay's slots are shared: the busy ones, plus one share kept for the others
-   * while there are any. That share is what lets a subscription that was idle start its next lane at once: the
-   * lanes of a slow endpoint keep their slots for whole requests, so a subscription arriving after they filled
-   * every slot would wait for one of them to finish.
+   * What the slot rule (`slot-rule.ts`) sees now: every served subscription's lanes in delivery and held, whether it
+   * is busy (holds lanes, or held one less than {@link BUSY_MEMORY_MS} ago) and whether its endpoint is failing.
+   * The failing ones come least recently served first, so the claim room their quota allows rotates between them.
    */
-  #sharers(served: readonly string[]): number {
-    const busy = this.#busy(served).size
-    return Math.max(1, busy + (served.length > busy ? 1 : 0))
-  }
-
-  /**
-   * The served subscriptions that hold lanes, or held one less than {@link BUSY_MEMORY_MS} ago: those the relay's
-   * slots are shared between.
-   */
-  #busy(served: readonly string[]): Set<string> {
+  #picture(): SlotPicture {
     const now = this.#runtime.clock.now()
-    const busy = new Set<string>()
-    for (const id of served) {
-      if (this.#held.has(id) || now - (this.#lastHeldAt.get(id) ?? Number.NEGATIVE_INFINITY) < BUSY_MEMORY_MS)
-        busy.add(id)
+    const subscriptions = this.#targets.served().map((id) => {
+      const lastHeldAt = this.#lastHeldAt.get(id) ?? Number.NEGATIVE_INFINITY
+      return {
+        id,
+        active: this.#activeBySubscription.get(id) ?? 0,
+        held: this.#held.get(id) ?? 0,
+        busy: this.#held.has(id) || now - lastHeldAt < BUSY_MEMORY_MS,
+        failing: this.#targets.failing(id),
+        lastHeldAt,
+      }
+    })
+    if (subscriptions.some((sub) => sub.failing)) {
+      subscriptions.sort((a, b) => (a.failing && b.failing ? a.lastHeldAt - b.lastHeldAt : 0))
     }
-    return busy
+    return { concurrency: this.#options.concurrency, subscriptions }
   }
 
   /**
-   * How many delivery slots one subscription's lanes may fill at once: all of them when the relay serves one, else
-   * an even share ({@link Relay.#sharers}). A slow endpoint's lanes keep their slot for a whole request, and a
-   * backlog's for a whole batch: without a cap, such a subscription fills every slot the moment the others have
-   * nothing ready, and their next events wait for its lanes to finish.
-   */
-  #slotShare(served: readonly string[]): number {
-    const { concurrency } = this.#options
-    if (served.length <= 1) return concurrency
-    return Math.ceil(concurrency / this.#sharers(served))
-  }
-
-  /**
-   * Whether a lane of this subscription should give its slot back before its next request: its subscription holds
-   * more slots than its share (it took them while the others were idle), and a lane of another subscription under
-   * its share waits for one. Handing back between requests bounds that wait by one request, not by a lane's batch.
+   * Whether a lane of this subscription should give its slot back before its next request: the slot rule's
+   * {@link shouldYield} (its subscription took slots while the others were idle, or turned failing, and a lane of
+   * another one waits to start).
    */
   #yieldSlot(subscriptionId: string): boolean {
-    if (this.#ready.length === 0) return false
-    const share = this.#slotShare(this.#targets.served())
-    if ((this.#activeBySubscription.get(subscriptionId) ?? 0) <= share) return false
-    return this.#ready.some(
-      (lane) =>
-        lane.subscriptionId !== subscriptionId &&
-        (this.#activeBySubscription.get(lane.subscriptionId) ?? 0) < share,
+    if (this.#ready.length === 0 || this.#targets.served().length <= 1) return false
+    return shouldYield(
+      this.#picture(),
+      subscriptionId,
+      this.#ready.map((lane) => lane.subscriptionId),
     )
   }
 
@@ -790,13 +761,13 @@ export class Relay {
   }
 
   /**
-   * Moves ready lanes into free delivery slots; a lane that finishes starts the next one itself. With several
-   * subscriptions ready, the slot goes to the one with the fewest lanes in delivery, and never to one already
-   * filling its share of the slots ({@link Relay.#slotShare}): a slow or backlogged subscription's lanes wait in
-   * the ready queue rather than take the slots another subscription's next lanes need.
+   * Moves ready lanes into the delivery slots the slot rule (`slot-rule.ts`) allows; a lane that finishes starts
+   * the next one itself. With several subscriptions ready, a slow, backlogged or failing subscription's lanes wait in
+   * the ready queue rather than take the slots another subscription's next lanes need, and a subscription in good
+   * standing with nothing in flight always starts one.
    */
   #startReady(): void {
-    while (this.#state === 'running' && this.#active.size < this.#options.concurrency) {
+    while (this.#state === 'running') {
       const lane = this.#nextReady()
       if (!lane) return
       const work = this.#deliver(lane)
@@ -813,23 +784,16 @@ export class Relay {
   }
 
   #nextReady(): ClaimedLane | undefined {
-    if (this.#activeBySubscription.size === 0 || this.#ready.length === 0) return this.#ready.shift()
-    const share = this.#slotShare(this.#targets.served())
-    let best = -1
-    let bestActive = Number.POSITIVE_INFINITY
-    for (let index = 0; index < this.#ready.length; index++) {
-      const { subscriptionId } = this.#ready[index]!
-      const active = this.#activeBySubscription.get(subscriptionId) ?? 0
-      if (active === 0) {
-        best = index
-        break
-      }
-      if (active < bestActive && active < share) {
-        best = index
-        bestActive = active
-      }
+    if (this.#ready.length === 0) return undefined
+    // One subscription (the implicit endpoint's relay, the hot path): every slot is its own.
+    if (this.#targets.served().length <= 1) {
+      return this.#active.size < this.#options.concurrency ? this.#ready.shift() : undefined
     }
-    return best < 0 ? undefined : this.#ready.splice(best, 1)[0]
+    const index = pickNext(
+      this.#picture(),
+      this.#ready.map((lane) => lane.subscriptionId),
+    )
+    return index < 0 ? undefined : this.#ready.splice(index, 1)[0]
   }
 
   /** Waits `ms`, or less when a wake-up arrives (NOTIFY, a lane finishing, stop). A wake-up that came while the

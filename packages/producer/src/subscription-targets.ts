@@ -30,6 +30,8 @@ export class SubscriptionTargets {
   #targets: ReadonlyMap<string, DeliveryTarget>
   /** Subscriptions whose endpoint breaker is open. */
   #open = new Set<string>()
+  /** The subscriptions whose endpoint is known to fail or time out (the slot rule's "failing"). */
+  #failing = new Set<string>()
   /** Subscriptions whose backfill runs, with their names: copied for by this relay, not served. */
   #backfilling: ReadonlyMap<string, string> = new Map()
   #readAt = Number.NEGATIVE_INFINITY
@@ -83,6 +85,7 @@ export class SubscriptionTargets {
     this.#targets = targets
     this.#backfilling = backfilling
     this.#open = new Set(rows.filter((row) => row.breakerOpen).map((row) => row.id))
+    this.#failing = new Set(rows.filter((row) => row.failing).map((row) => row.id))
     this.#readAt = this.#clock.now()
   }
 
@@ -118,6 +121,21 @@ export class SubscriptionTargets {
   setBreakerOpen(subscriptionId: string, open: boolean): void {
     if (open) this.#open.add(subscriptionId)
     else this.#open.delete(subscriptionId)
+  }
+
+  /**
+   * Whether a subscription's endpoint is known to fail or time out: its last answer to this relay was an outage
+   * failure, or, since the last read, its failure streak in PostgreSQL (every relay's attempts) is above zero. The
+   * slot rule (`slot-rule.ts`) bounds what such subscriptions hold together.
+   */
+  failing(subscriptionId: string): boolean {
+    return this.#failing.has(subscriptionId)
+  }
+
+  /** Records what this relay's last attempt of a subscription showed, before the next refresh reads its record. */
+  setFailing(subscriptionId: string, failing: boolean): void {
+    if (failing) this.#failing.add(subscriptionId)
+    else this.#failing.delete(subscriptionId)
   }
 
   /**

@@ -121,3 +121,80 @@ describe('slots shared between subscriptions', () => {
     expect(down.requests).toHaveLength(1)
   })
 })
+
+describe('hanging and failing endpoints beside a healthy subscription (the slot rule)', () => {
+  /** `count` subscriptions whose endpoints accept every request and answer none until `release` resolves. */
+  async function hangingSubscriptions(count: number, release: Promise<void>) {
+    const sinks = []
+    const ids: string[] = []
+    for (let n = 0; n < count; n++) {
+      const sink = await stored.sink(async () => {
+        await release
+        return { status: 200, body: { status: 'applied' } }
+      })
+      const { id } = await createSubscription(t.db, {
+        url: sink.url,
+        name: `hang-${n}`,
+        eventTypes: ['hang.*'],
+      })
+      sinks.push(sink)
+      ids.push(id)
+    }
+    return { sinks, ids, held: () => sinks.reduce((sum, sink) => sum + sink.requests.length, 0) }
+  }
+
+  async function publishType(eventType: string, aggregateId: string) {
+    await t.db
+      .transaction()
+      .execute((trx) => enqueue(trx, { aggregateType: 'order', aggregateId, eventType, payload: {} }))
+  }
+
+  it('four endpoints that never answer fill every shared slot: the healthy subscription still starts its requests', async () => {
+    const release = deferred()
+    const hanging = await hangingSubscriptions(4, release.promise)
+    const healthy = await stored.sink()
+    await createSubscription(t.db, { url: healthy.url, name: 'healthy', eventTypes: ['ok.*'] })
+    // Plenty of lanes for every hanging endpoint: 4 shares of 4 slots fill all 16 (the case that stalled before).
+    for (let lane = 0; lane < 8; lane++) await publishType('hang.created', `hang-${lane}`)
+    // No request may time out while the test looks: the hanging requests keep their slots throughout.
+    const relay = stored.relay({ concurrency: 16, requestTimeoutMs: 120_000, leaseMs: 150_000 })
+    await relay.start()
+    await waitFor(() => hanging.held() === 16, 'the hanging endpoints to hold every shared slot')
+    for (let n = 0; n < 3; n++) {
+      for (const lane of ['h1', 'h2', 'h3']) await publishType('ok.created', lane)
+    }
+    await waitFor(
+      () => healthy.requests.length === 9,
+      'the healthy subscription, beside 16 unanswered requests',
+    )
+    // Still unanswered, and never more than the rule's bound: concurrency + one first request per subscription.
+    expect(hanging.held()).toBe(16)
+    expect(relayTestHooks(relay).activity().requestsInFlight).toBeLessThanOrEqual(16 + 5)
+    release.resolve()
+    await waitFor(() => hanging.held() === 4 * 8, 'the hanging endpoints, once they answer')
+  })
+
+  it('endpoints known to fail from their record in PostgreSQL hold at most a quarter of the slots from the start', async () => {
+    const release = deferred()
+    const hanging = await hangingSubscriptions(4, release.promise)
+    // What an earlier relay's timeouts wrote: a failure streak on each (below the breaker's threshold).
+    await sql`UPDATE outbox_subscription SET failure_streak = 2, streak_started_at = now()
+              WHERE id = ANY(${hanging.ids}::uuid[])`.execute(t.db)
+    const healthy = await stored.sink()
+    await createSubscription(t.db, { url: healthy.url, name: 'healthy', eventTypes: ['ok.*'] })
+    for (let lane = 0; lane < 8; lane++) await publishType('hang.created', `hang-${lane}`)
+    for (let lane = 0; lane < 12; lane++) await publishType('ok.created', `ok-${lane}`)
+    const relay = stored.relay({ concurrency: 8, requestTimeoutMs: 120_000, leaseMs: 150_000 })
+    await relay.start()
+    await waitFor(() => healthy.requests.length === 12, 'the healthy subscription')
+    await waitFor(() => hanging.held() >= 1, 'the failing endpoints to get a request')
+    // Later events make the relay claim and start lanes again: each time, more hanging requests would start were the
+    // rule to allow them.
+    await publishType('ok.created', 'ok-late')
+    await waitFor(() => healthy.requests.length === 13, 'a later healthy event')
+    // A quarter of 8 slots: 2, all four failing subscriptions together.
+    expect(hanging.held()).toBeLessThanOrEqual(2)
+    release.resolve()
+    await waitFor(() => hanging.held() === 4 * 8, 'the failing endpoints, once they answer')
+  })
+})

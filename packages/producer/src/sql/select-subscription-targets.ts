@@ -24,6 +24,8 @@ export interface SubscriptionTargetRow {
   readonly maxInFlight: number | null
   /** It has a `ratePerSecond` (a token bucket on its row, spent by the claim). */
   readonly rateLimited: boolean
+  /** Its endpoint's last attempts failed (its failure streak, written by every relay, is above zero). */
+  readonly failing: boolean
 }
 
 /**
@@ -50,10 +52,12 @@ export async function selectSubscriptionTargets(
     breaker_open: boolean
     max_in_flight: number | null
     rate_limited: boolean
+    failing: boolean
   }>`
     SELECT s.id, s.state = 'enabled' AS enabled, s.backfill_state IS NOT DISTINCT FROM 'running' AS backfilling,
            s.name, s.url, s.on_exhausted, s.retry_schedule, s.request_timeout_ms,
            s.breaker_state = 'open' AS breaker_open, s.max_in_flight, s.rate_per_second IS NOT NULL AS rate_limited,
+           s.failure_streak > 0 AS failing,
            array_agg(k.secret ORDER BY k.expires_at IS NOT NULL, k.created_at DESC)
              FILTER (WHERE k.secret IS NOT NULL) AS secrets
     FROM ${sql.id(schema, 'outbox_subscription')} s
@@ -74,5 +78,6 @@ export async function selectSubscriptionTargets(
     breakerOpen: row.breaker_open,
     maxInFlight: row.max_in_flight,
     rateLimited: row.rate_limited,
+    failing: row.failing,
   }))
 }

@@ -1,0 +1,202 @@
+/**
+ * The slot rule: how a relay shares its delivery slots (`concurrency`) and its claim room between the subscriptions
+ * it serves. Pure: it sees counts, never a lane, a clock or the database, so it is proven by property tests alone
+ * and the relay only keeps the counts up to date.
+ *
+ * The rule, in words:
+ * 1. **A subscription in good standing with nothing in flight may always start a request**, whatever the others
+ *    hold — even when every one of the `concurrency` shared slots is taken. So the requests in flight never exceed
+ *    `concurrency` plus the number of subscriptions served (each one's first request may run beyond the shared
+ *    slots, and only its first).
+ * 2. **A failing subscription** — its endpoint's last answer to this relay was a 5xx, 408, timeout or network error,
+ *   or its failure streak in PostgreSQL (written by every relay, so a restarted one knows too) is above zero —
+ *   **holds at most {@link failingQuota} of the slots, all failing subscriptions together**; the subscriptions in good
+ *   standing share the rest. A failing subscription's first request is subject to that quota too.
+ * 3. Otherwise a subscription may start a request while fewer than `concurrency` are in flight and it holds fewer
+ *    than its even share: the slots left once the failing ones' quota is set aside (while any of them is busy),
+ *    divided between the subscriptions in good standing that are busy, with one share kept for those that are idle
+ *    while there are any.
+ *
+ * A relay serving one subscription gives it every slot: there is no one to protect.
+ */
+
+/** What the slot rule knows of one served subscription. */
+export interface SubscriptionLoad {
+  readonly id: string
+  /** Its lanes in delivery (each has at most one request in flight). */
+  readonly active: number
+  /** Its lanes held: claimed ahead and waiting, or in delivery. */
+  readonly held: number
+  /** It holds lanes, or held one a moment ago: it counts among those the slots are shared between. */
+  readonly busy: boolean
+  /** Its endpoint is known to fail or time out (rule 2). */
+  readonly failing: boolean
+}
+
+/** The relay's slots and the load of every served subscription, in the order ties are broken. */
+export interface SlotPicture {
+  readonly concurrency: number
+  readonly subscriptions: readonly SubscriptionLoad[]
+}
+
+/** How many slots the failing subscriptions may hold together: a quarter of `concurrency`, at least one. */
+export function failingQuota(concurrency: number): number {
+  return Math.max(1, Math.floor(concurrency / 4))
+}
+
+/** The counts every decision derives from, computed in one walk over the picture. */
+interface Tally {
+  readonly total: number
+  readonly failingActive: number
+  /** A subscription in good standing's even share of the slots (rule 3). */
+  readonly share: number
+  /** What the failing subscriptions may hold together: their quota. */
+  readonly failingShare: number
+}
+
+function tally(picture: SlotPicture): Tally {
+  const { concurrency, subscriptions } = picture
+  let total = 0
+  let failingActive = 0
+  let busyHealthy = 0
+  let idleHealthy = 0
+  let busyFailing = false
+  for (const sub of subscriptions) {
+    total += sub.active
+    if (sub.failing) {
+      failingActive += sub.active
+      if (sub.busy) busyFailing = true
+    } else if (sub.busy) busyHealthy += 1
+    else idleHealthy += 1
+  }
+  const share = healthyShare(concurrency, busyHealthy + (idleHealthy > 0 ? 1 : 0), busyFailing)
+  return { total, failingActive, share, failingShare: failingQuota(concurrency) }
+}
+
+/**
+ * A subscription in good standing's even share of `slots` between `sharers` of them, once the failing ones' quota
+ * is set aside while any of them is busy.
+ */
+function healthyShare(slots: number, sharers: number, failingBusy: boolean): number {
+  const rest = failingBusy ? slots - failingQuota(slots) : slots
+  return Math.max(1, Math.ceil(rest / Math.max(1, sharers)))
+}
+
+function find(picture: SlotPicture, id: string): SubscriptionLoad | undefined {
+  return picture.subscriptions.find((sub) => sub.id === id)
+}
+
+function mayStartWith(picture: SlotPicture, counts: Tally, sub: SubscriptionLoad): boolean {
+  const { concurrency, subscriptions } = picture
+  if (subscriptions.length <= 1) return counts.total < concurrency
+  if (sub.failing) {
+    return counts.failingActive < counts.failingShare && (sub.active === 0 || counts.total < concurrency)
+  }
+  return sub.active === 0 || (counts.total < concurrency && sub.active < counts.share)
+}
+
+/** Whether a lane of subscription `id` may start a request now. False for a subscription the picture does not hold. */
+export function mayStart(picture: SlotPicture, id: string): boolean {
+  const sub = find(picture, id)
+  return sub !== undefined && mayStartWith(picture, tally(picture), sub)
+}
+
+/**
+ * Which waiting lane gets the next slot: the index in `waiting` (each lane named by its subscription's id, in the
+ * order they wait) of the first lane whose subscription has nothing in flight and may start, else of the one whose
+ * subscription has the fewest in flight and may start; -1 when none may start now. A lane of a subscription the
+ * picture does not hold (no longer served) is picked at once: it sends nothing, it only hands itself back.
+ */
+export function pickNext(picture: SlotPicture, waiting: readonly string[]): number {
+  const counts = tally(picture)
+  let best = -1
+  let bestActive = Number.POSITIVE_INFINITY
+  const decided = new Map<string, boolean>()
+  for (let index = 0; index < waiting.length; index++) {
+    const id = waiting[index]!
+    let allowed = decided.get(id)
+    const sub = find(picture, id)
+    if (!sub) return index
+    if (allowed === undefined) {
+      allowed = mayStartWith(picture, counts, sub)
+      decided.set(id, allowed)
+    }
+    if (!allowed) continue
+    if (sub.active === 0) return index
+    if (sub.active < bestActive) {
+      best = index
+      bestActive = sub.active
+    }
+  }
+  return best
+}
+
+/** The picture once one request of subscription `id` has ended (its lane gave its slot back). */
+function withoutOne(picture: SlotPicture, id: string): SlotPicture {
+  return {
+    concurrency: picture.concurrency,
+    subscriptions: picture.subscriptions.map((sub) =>
+      sub.id === id ? { ...sub, active: Math.max(0, sub.active - 1) } : sub,
+    ),
+  }
+}
+
+/**
+ * Whether a lane of subscription `id`, between two of its requests, should hand itself back: it could not start its
+ * next request were it waiting (its subscription took slots while the others were idle, or turned failing), and a
+ * lane of another subscription in `waiting` could start in the slot it frees. Handing back between requests bounds
+ * the waiting lane's wait by one request, not by a whole batch.
+ */
+export function shouldYield(picture: SlotPicture, id: string, waiting: readonly string[]): boolean {
+  const freed = withoutOne(picture, id)
+  if (mayStart(freed, id)) return false
+  return waiting.some((other) => other !== id && mayStart(freed, other))
+}
+
+/**
+ * How many lanes each served subscription may be given by the next claim, out of `capacity` lanes held (claimed
+ * ahead or in delivery). One subscription gets all of it. With several, each subscription in good standing may hold
+ * an even share among the busy ones in good standing of what the failing ones' quota leaves (while any of them is
+ * busy), with one share kept for the idle ones while there are any (a subscription not busy yet is counted as if it
+ * joined the busy ones). The failing ones together hold at most twice their slot quota (claimed ahead as the others are), handed
+ * out in the picture's order, so the caller rotates it.
+ */
+export function claimRooms(picture: SlotPicture, capacity: number): { id: string; room: number }[] {
+  const { subscriptions, concurrency } = picture
+  if (subscriptions.length === 1) {
+    const only = subscriptions[0]!
+    return [{ id: only.id, room: Math.max(0, capacity - only.held) }]
+  }
+  let busyHealthy = 0
+  let healthy = 0
+  let failingHeld = 0
+  let failingBusy = false
+  for (const sub of subscriptions) {
+    if (sub.failing) {
+      failingHeld += sub.held
+      if (sub.busy) failingBusy = true
+    } else {
+      healthy += 1
+      if (sub.busy) busyHealthy += 1
+    }
+  }
+  const failingLimit = Math.ceil((capacity * failingQuota(concurrency)) / concurrency)
+  let failingLeft = Math.max(0, failingLimit - failingHeld)
+  return subscriptions.map((sub) => {
+    if (sub.failing) {
+      const room = Math.max(0, Math.min(failingLeft, failingQuota(concurrency) - sub.held))
+      failingLeft -= room
+      return { id: sub.id, room }
+    }
+    // A subscription not busy yet is counted as if it joined the busy ones, with the share for the rest kept while
+    // any other is idle: when none is busy (a relay starting beside a backlog), one claim would otherwise give the
+    // first subscription with due lanes all of the capacity.
+    const joined = sub.busy ? busyHealthy : busyHealthy + 1
+    const sharers = joined + (healthy > joined ? 1 : 0)
+    const share = failingBusy
+      ? Math.ceil((capacity * (concurrency - failingQuota(concurrency))) / concurrency)
+      : capacity
+    // At least one lane each: a subscription in good standing may always start its first request (rule 1).
+    return { id: sub.id, room: Math.max(0, Math.max(1, Math.ceil(share / sharers)) - sub.held) }
+  })
+}

@@ -1,0 +1,215 @@
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import {
+  claimRooms,
+  failingQuota,
+  mayStart,
+  pickNext,
+  type SlotPicture,
+  type SubscriptionLoad,
+  shouldYield,
+} from '../src/slot-rule.js'
+
+/** A served subscription as the relay would report it. */
+const load = (id: string) =>
+  fc.record({
+    id: fc.constant(id),
+    active: fc.nat({ max: 20 }),
+    held: fc.nat({ max: 40 }),
+    busy: fc.boolean(),
+    failing: fc.boolean(),
+  })
+
+/** Any picture of 1–12 subscriptions under 1–64 slots (counts as they may stand, not only as the rule leaves them). */
+const picture: fc.Arbitrary<SlotPicture> = fc
+  .tuple(fc.integer({ min: 1, max: 64 }), fc.integer({ min: 1, max: 12 }))
+  .chain(([concurrency, count]) =>
+    fc
+      .tuple(...Array.from({ length: count }, (_, n) => load(`s${n}`)))
+      .map((subscriptions) => ({ concurrency, subscriptions })),
+  )
+
+const totalActive = (p: SlotPicture) => p.subscriptions.reduce((sum, sub) => sum + sub.active, 0)
+const failingActive = (p: SlotPicture) =>
+  p.subscriptions.reduce((sum, sub) => sum + (sub.failing ? sub.active : 0), 0)
+
+function change(p: SlotPicture, id: string, edit: (sub: SubscriptionLoad) => SubscriptionLoad): SlotPicture {
+  return { ...p, subscriptions: p.subscriptions.map((sub) => (sub.id === id ? edit(sub) : sub)) }
+}
+
+/** One step a relay may take: start the lane the rule picks, end a request, or learn that an endpoint fails or heals. */
+type Step =
+  | { readonly kind: 'start'; readonly waiting: readonly number[] }
+  | { readonly kind: 'finish'; readonly sub: number }
+  | { readonly kind: 'health'; readonly sub: number; readonly failing: boolean }
+
+const step: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({
+    kind: fc.constant('start' as const),
+    waiting: fc.array(fc.nat({ max: 11 }), { maxLength: 24 }),
+  }),
+  fc.record({ kind: fc.constant('finish' as const), sub: fc.nat({ max: 11 }) }),
+  fc.record({ kind: fc.constant('health' as const), sub: fc.nat({ max: 11 }), failing: fc.boolean() }),
+)
+
+describe('the slot rule', () => {
+  it('a subscription in good standing with nothing in flight may always start, whatever the others hold', () => {
+    fc.assert(
+      fc.property(picture, fc.nat(), (p, pick) => {
+        const sub = p.subscriptions[pick % p.subscriptions.length]!
+        const idle = change(p, sub.id, (s) => ({ ...s, active: 0, failing: false }))
+        expect(mayStart(idle, sub.id)).toBe(
+          p.subscriptions.length === 1 ? totalActive(idle) < p.concurrency : true,
+        )
+      }),
+    )
+  })
+
+  it('one subscription alone has every slot and no more', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 64 }), load('only'), (concurrency, sub) => {
+        expect(mayStart({ concurrency, subscriptions: [sub] }, 'only')).toBe(sub.active < concurrency)
+      }),
+    )
+  })
+
+  it('through any run of starts, ends and health changes: in flight ≤ concurrency + subscriptions, and a start never takes the failing ones past their quota', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 32 }),
+        fc.integer({ min: 2, max: 12 }),
+        fc.array(step, { maxLength: 200 }),
+        (concurrency, count, steps) => {
+          let p: SlotPicture = {
+            concurrency,
+            subscriptions: Array.from({ length: count }, (_, n) => ({
+              id: `s${n}`,
+              active: 0,
+              held: 0,
+              busy: false,
+              failing: false,
+            })),
+          }
+          for (const s of steps) {
+            if (s.kind === 'start') {
+              const waiting = s.waiting.map((n) => `s${n % count}`)
+              const index = pickNext(p, waiting)
+              if (index < 0) {
+                // Nothing may start: no waiting lane is allowed by the rule.
+                for (const id of waiting) expect(mayStart(p, id)).toBe(false)
+                continue
+              }
+              const id = waiting[index]!
+              expect(mayStart(p, id)).toBe(true)
+              const before = p.subscriptions.find((sub) => sub.id === id)!
+              p = change(p, id, (sub) => ({ ...sub, active: sub.active + 1, held: sub.held + 1, busy: true }))
+              if (before.failing) expect(failingActive(p)).toBeLessThanOrEqual(failingQuota(concurrency))
+              expect(totalActive(p)).toBeLessThanOrEqual(concurrency + count)
+              // Beyond the shared slots, only a subscription's first request.
+              if (totalActive(p) > concurrency) expect(before.active).toBe(0)
+            } else if (s.kind === 'finish') {
+              p = change(p, `s${s.sub % count}`, (sub) => ({
+                ...sub,
+                active: Math.max(0, sub.active - 1),
+                held: Math.max(0, sub.held - 1),
+              }))
+            } else {
+              p = change(p, `s${s.sub % count}`, (sub) => ({ ...sub, failing: s.failing }))
+            }
+          }
+        },
+      ),
+    )
+  })
+
+  it('failing subscriptions with endless work beside one in good standing: they hold at most their quota, it gets the rest', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 64 }),
+        fc.integer({ min: 1, max: 64 }),
+        (concurrency, failing) => {
+          let p: SlotPicture = {
+            concurrency,
+            subscriptions: [
+              ...Array.from({ length: failing }, (_, n) => ({
+                id: `bad${n}`,
+                active: 0,
+                held: 0,
+                busy: true,
+                failing: true,
+              })),
+              { id: 'healthy', active: 0, held: 0, busy: true, failing: false },
+            ],
+          }
+          // Every subscription always has lanes waiting, the failing ones first in the queue.
+          const waiting = [...p.subscriptions.map((sub) => sub.id), ...p.subscriptions.map((sub) => sub.id)]
+          for (let starts = 0; starts < 4 * concurrency + failing + 2; starts++) {
+            const index = pickNext(p, waiting)
+            if (index < 0) break
+            p = change(p, waiting[index]!, (sub) => ({ ...sub, active: sub.active + 1 }))
+          }
+          const healthy = p.subscriptions.find((sub) => sub.id === 'healthy')!
+          expect(failingActive(p)).toBeLessThanOrEqual(failingQuota(concurrency))
+          expect(healthy.active).toBeGreaterThanOrEqual(Math.max(1, concurrency - failingQuota(concurrency)))
+        },
+      ),
+    )
+  })
+
+  it('something always starts when nothing is in flight and a lane waits', () => {
+    fc.assert(
+      fc.property(picture, fc.array(fc.nat({ max: 11 }), { minLength: 1, maxLength: 10 }), (p, picks) => {
+        const quiet = { ...p, subscriptions: p.subscriptions.map((sub) => ({ ...sub, active: 0 })) }
+        const waiting = picks.map((n) => `s${n % p.subscriptions.length}`)
+        expect(pickNext(quiet, waiting)).toBeGreaterThanOrEqual(0)
+      }),
+    )
+  })
+
+  it('a lane hands its slot back only when it could not start again and another waiting lane could', () => {
+    fc.assert(
+      fc.property(picture, fc.nat(), fc.array(fc.nat({ max: 11 }), { maxLength: 10 }), (p, pick, picks) => {
+        const sub = p.subscriptions[pick % p.subscriptions.length]!
+        // The lane asking holds a slot of its own.
+        const asking = change(p, sub.id, (s) => ({ ...s, active: Math.max(1, s.active) }))
+        const waiting = picks.map((n) => `s${n % p.subscriptions.length}`)
+        const freed = change(asking, sub.id, (s) => ({ ...s, active: s.active - 1 }))
+        const expected =
+          !mayStart(freed, sub.id) && waiting.some((id) => id !== sub.id && mayStart(freed, id))
+        expect(shouldYield(asking, sub.id, waiting)).toBe(expected)
+      }),
+    )
+  })
+
+  it('claim room: the failing ones together hold at most twice their quota ahead; one alone has it all', () => {
+    fc.assert(
+      fc.property(picture, (p) => {
+        const capacity = 2 * p.concurrency
+        const rooms = claimRooms(p, capacity)
+        expect(rooms.map((room) => room.id)).toEqual(p.subscriptions.map((sub) => sub.id))
+        for (const room of rooms) expect(room.room).toBeGreaterThanOrEqual(0)
+        if (p.subscriptions.length === 1) {
+          expect(rooms[0]!.room).toBe(Math.max(0, capacity - p.subscriptions[0]!.held))
+          return
+        }
+        const failing = p.subscriptions.filter((sub) => sub.failing)
+        const failingRoom = rooms
+          .filter((room) => failing.some((sub) => sub.id === room.id))
+          .reduce((sum, room) => sum + room.room, 0)
+        const failingHeld = failing.reduce((sum, sub) => sum + sub.held, 0)
+        expect(failingRoom).toBeLessThanOrEqual(Math.max(0, 2 * failingQuota(p.concurrency) - failingHeld))
+      }),
+    )
+  })
+
+  it('claim room: a subscription in good standing holding nothing is always offered room', () => {
+    fc.assert(
+      fc.property(picture, fc.nat(), (p, pick) => {
+        const sub = p.subscriptions[pick % p.subscriptions.length]!
+        const empty = change(p, sub.id, (s) => ({ ...s, held: 0, active: 0, failing: false }))
+        const room = claimRooms(empty, 2 * p.concurrency).find((r) => r.id === sub.id)!
+        expect(room.room).toBeGreaterThan(0)
+      }),
+    )
+  })
+})
