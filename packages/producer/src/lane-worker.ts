@@ -270,6 +270,7 @@ async function deliverRow(
   const event = toEvent(row)
   const attemptedAt = new Date()
   const startedAt = performance.now()
+  const answered = watchUnanswered(ctx, lane.subscriptionId, target.requestTimeoutMs)
   let outcome: DeliveryOutcome
   try {
     const url = target.url(event)
@@ -279,6 +280,16 @@ async function deliverRow(
     )
   } catch (error) {
     outcome = { kind: 'failure', httpStatus: null, error: `endpoint function failed: ${String(error)}` }
+  } finally {
+    answered()
+  }
+  // What the slot rule knows of the endpoint: an outage failure (5xx, 408, timeout, network) makes its subscription
+  // failing, any other answer puts it back in good standing.
+  if (outcome.kind !== 'aborted') {
+    ctx.targets.setFailing(
+      lane.subscriptionId,
+      outcome.kind === 'failure' && countsAsOutage(outcome.httpStatus),
+    )
   }
   if (events.has('request:finished')) {
     events.emit('request:finished', {
@@ -309,8 +320,6 @@ async function deliverRow(
   }
 
   if (outcome.kind === 'success') {
-    // The endpoint answers: its subscription is in good standing again for the slot rule.
-    ctx.targets.setFailing(lane.subscriptionId, false)
     ctx.marks.mark({
       id: row.id,
       claimToken: lane.claimToken,
@@ -381,8 +390,6 @@ async function deliverRow(
     ...(logged ? { log: logged } : {}),
   }
   const health = failureHealth(ctx, target, outcome.httpStatus, outcome.retryAfterMs)
-  // Known to fail or time out: the slot rule bounds what its lanes hold until it answers again.
-  if (countsAsOutage(outcome.httpStatus)) ctx.targets.setFailing(lane.subscriptionId, true)
   const recorded =
     health?.countsAsFailure && health.breaker !== false
       ? ctx.targets.recording(target.subscriptionId)
@@ -394,6 +401,33 @@ async function deliverRow(
     }
   } finally {
     recorded?.()
+  }
+}
+
+/**
+ * How long a request may go unanswered before its subscription counts as failing for the slot rule: a hanging
+ * endpoint looks exactly like this long before its request times out, and until then it would take slots as if it
+ * were healthy. A quarter of the request's timeout, at most one second — webhook endpoints answer in milliseconds;
+ * one that takes seconds keeps its requests, and holds only the failing quota of the slots while it does.
+ */
+export function slowRequestMs(requestTimeoutMs: number): number {
+  return Math.min(1000, requestTimeoutMs / 4)
+}
+
+/**
+ * Arms the "unanswered for too long" mark of one request (only when the relay shares slots between subscriptions);
+ * the returned function disarms it, or lifts the mark once the request ends.
+ */
+function watchUnanswered(ctx: LaneContext, subscriptionId: string, requestTimeoutMs: number): () => void {
+  if (!ctx.targets.sharing) return () => {}
+  const { clock } = ctx.runtime
+  let lift: (() => void) | undefined
+  const timer = clock.setTimeout(() => {
+    lift = ctx.targets.unanswered(subscriptionId)
+  }, slowRequestMs(requestTimeoutMs))
+  return () => {
+    clock.clearTimeout(timer)
+    lift?.()
   }
 }
 

@@ -5,17 +5,21 @@
  *
  * The rule, in words:
  * 1. **A subscription in good standing with nothing in flight may always start a request**, whatever the others
- *    hold — even when every one of the `concurrency` shared slots is taken. So the requests in flight never exceed
- *    `concurrency` plus the number of subscriptions served (each one's first request may run beyond the shared
- *    slots, and only its first).
- * 2. **A failing subscription** — its endpoint's last answer to this relay was a 5xx, 408, timeout or network error,
- *   or its failure streak in PostgreSQL (written by every relay, so a restarted one knows too) is above zero —
- *   **holds at most {@link failingQuota} of the slots, all failing subscriptions together**; the subscriptions in good
- *   standing share the rest. A failing subscription's first request is subject to that quota too.
- * 3. Otherwise a subscription may start a request while fewer than `concurrency` are in flight and it holds fewer
- *    than its even share: the slots left once the failing ones' quota is set aside (while any of them is busy),
- *    divided between the subscriptions in good standing that are busy, with one share kept for those that are idle
- *    while there are any.
+ *    hold, even when every shared slot is taken.
+ * 2. **Failing subscriptions hold at most a quarter of the slots together** ({@link failingQuota}, at least one): a
+ *    failing subscription starts a request only while all failing ones together have fewer in flight. Failing means
+ *    its endpoint's last answer to this relay was a 5xx, 408, timeout or network error, or a request to it has gone
+ *    unanswered for a while (`SLOW_REQUEST_MS` in the lane worker), or its failure streak in PostgreSQL — written by
+ *    every relay, so a restarted one knows too — is above zero. A 2xx puts it back in good standing.
+ * 3. **The subscriptions in good standing share the rest**: `concurrency`, less the failing quota while a failing
+ *    subscription is busy. One of them starts a request while they hold fewer than that together and it holds fewer
+ *    than its even share of it (divided between the busy ones, with one share kept for the idle ones while there are
+ *    any).
+ *
+ * So at any moment the subscriptions in good standing hold at most `concurrency` requests plus one first request
+ * each, and the failing ones start none beyond their quota: in flight ≤ `concurrency` + the subscriptions served,
+ * except for requests already under way when their subscription turned failing (each ends within its
+ * `requestTimeoutMs`), which no longer count against the others' slots.
  *
  * A relay serving one subscription gives it every slot: there is no one to protect.
  */
@@ -47,39 +51,45 @@ export function failingQuota(concurrency: number): number {
 /** The counts every decision derives from, computed in one walk over the picture. */
 interface Tally {
   readonly total: number
+  readonly healthyActive: number
   readonly failingActive: number
-  /** A subscription in good standing's even share of the slots (rule 3). */
+  /** The slots the subscriptions in good standing share (rule 3). */
+  readonly healthySlots: number
+  /** One subscription in good standing's even share of them. */
   readonly share: number
-  /** What the failing subscriptions may hold together: their quota. */
-  readonly failingShare: number
 }
 
 function tally(picture: SlotPicture): Tally {
   const { concurrency, subscriptions } = picture
-  let total = 0
+  let healthyActive = 0
   let failingActive = 0
   let busyHealthy = 0
   let idleHealthy = 0
   let busyFailing = false
   for (const sub of subscriptions) {
-    total += sub.active
     if (sub.failing) {
       failingActive += sub.active
       if (sub.busy) busyFailing = true
-    } else if (sub.busy) busyHealthy += 1
-    else idleHealthy += 1
+    } else {
+      healthyActive += sub.active
+      if (sub.busy) busyHealthy += 1
+      else idleHealthy += 1
+    }
   }
-  const share = healthyShare(concurrency, busyHealthy + (idleHealthy > 0 ? 1 : 0), busyFailing)
-  return { total, failingActive, share, failingShare: failingQuota(concurrency) }
+  const healthySlots = healthySlotsOf(concurrency, busyFailing)
+  const sharers = Math.max(1, busyHealthy + (idleHealthy > 0 ? 1 : 0))
+  return {
+    total: healthyActive + failingActive,
+    healthyActive,
+    failingActive,
+    healthySlots,
+    share: Math.max(1, Math.ceil(healthySlots / sharers)),
+  }
 }
 
-/**
- * A subscription in good standing's even share of `slots` between `sharers` of them, once the failing ones' quota
- * is set aside while any of them is busy.
- */
-function healthyShare(slots: number, sharers: number, failingBusy: boolean): number {
-  const rest = failingBusy ? slots - failingQuota(slots) : slots
-  return Math.max(1, Math.ceil(rest / Math.max(1, sharers)))
+/** The slots the subscriptions in good standing share: all of them, less the failing quota while one is busy. */
+function healthySlotsOf(concurrency: number, failingBusy: boolean): number {
+  return failingBusy ? concurrency - failingQuota(concurrency) : concurrency
 }
 
 function find(picture: SlotPicture, id: string): SubscriptionLoad | undefined {
@@ -89,10 +99,8 @@ function find(picture: SlotPicture, id: string): SubscriptionLoad | undefined {
 function mayStartWith(picture: SlotPicture, counts: Tally, sub: SubscriptionLoad): boolean {
   const { concurrency, subscriptions } = picture
   if (subscriptions.length <= 1) return counts.total < concurrency
-  if (sub.failing) {
-    return counts.failingActive < counts.failingShare && (sub.active === 0 || counts.total < concurrency)
-  }
-  return sub.active === 0 || (counts.total < concurrency && sub.active < counts.share)
+  if (sub.failing) return counts.failingActive < failingQuota(concurrency)
+  return sub.active === 0 || (counts.healthyActive < counts.healthySlots && sub.active < counts.share)
 }
 
 /** Whether a lane of subscription `id` may start a request now. False for a subscription the picture does not hold. */

@@ -30,8 +30,10 @@ export class SubscriptionTargets {
   #targets: ReadonlyMap<string, DeliveryTarget>
   /** Subscriptions whose endpoint breaker is open. */
   #open = new Set<string>()
-  /** The subscriptions whose endpoint is known to fail or time out (the slot rule's "failing"). */
+  /** The subscriptions whose endpoint's last answer, or record in PostgreSQL, says it fails or times out. */
   #failing = new Set<string>()
+  /** Requests per subscription unanswered for longer than the lane worker's `SLOW_REQUEST_MS`. */
+  readonly #unanswered = new Map<string, number>()
   /** Subscriptions whose backfill runs, with their names: copied for by this relay, not served. */
   #backfilling: ReadonlyMap<string, string> = new Map()
   #readAt = Number.NEGATIVE_INFINITY
@@ -125,11 +127,33 @@ export class SubscriptionTargets {
 
   /**
    * Whether a subscription's endpoint is known to fail or time out: its last answer to this relay was an outage
-   * failure, or, since the last read, its failure streak in PostgreSQL (every relay's attempts) is above zero. The
-   * slot rule (`slot-rule.ts`) bounds what such subscriptions hold together.
+   * failure, or, since the last read, its failure streak in PostgreSQL (every relay's attempts) is above zero; or a
+   * request to it has gone unanswered for a while ({@link SubscriptionTargets.unanswered}). The slot rule
+   * (`slot-rule.ts`) bounds what such subscriptions hold together.
    */
   failing(subscriptionId: string): boolean {
-    return this.#failing.has(subscriptionId)
+    return this.#failing.has(subscriptionId) || this.#unanswered.has(subscriptionId)
+  }
+
+  /** True when the relay serves several subscriptions: only then do their slots need sharing. */
+  get sharing(): boolean {
+    return this.#targets.size > 1
+  }
+
+  /**
+   * Counts a request to this subscription as unanswered for too long (a hanging endpoint looks like this long
+   * before its timeout): it is failing until the returned function is called, when the request ends.
+   */
+  unanswered(subscriptionId: string): () => void {
+    this.#unanswered.set(subscriptionId, (this.#unanswered.get(subscriptionId) ?? 0) + 1)
+    let done = false
+    return () => {
+      if (done) return
+      done = true
+      const left = (this.#unanswered.get(subscriptionId) ?? 1) - 1
+      if (left > 0) this.#unanswered.set(subscriptionId, left)
+      else this.#unanswered.delete(subscriptionId)
+    }
   }
 
   /** Records what this relay's last attempt of a subscription showed, before the next refresh reads its record. */

@@ -149,7 +149,7 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
       .execute((trx) => enqueue(trx, { aggregateType: 'order', aggregateId, eventType, payload: {} }))
   }
 
-  it('four endpoints that never answer fill every shared slot: the healthy subscription still starts its requests', async () => {
+  it('four endpoints that never answer hold their slots: the healthy subscription still starts its requests', async () => {
     const release = deferred()
     const hanging = await hangingSubscriptions(4, release.promise)
     const healthy = await stored.sink()
@@ -159,7 +159,9 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
     // No request may time out while the test looks: the hanging requests keep their slots throughout.
     const relay = stored.relay({ concurrency: 16, requestTimeoutMs: 120_000, leaseMs: 150_000 })
     await relay.start()
-    await waitFor(() => hanging.held() === 16, 'the hanging endpoints to hold every shared slot')
+    // They take slots as if healthy until their first request has gone unanswered for a while (then they are
+    // failing, and keep to their quota): however quickly that happens here, they hold the slots they took.
+    await waitFor(() => hanging.held() >= 4, 'the hanging endpoints to hold slots')
     for (let n = 0; n < 3; n++) {
       for (const lane of ['h1', 'h2', 'h3']) await publishType('ok.created', lane)
     }
@@ -167,8 +169,7 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
       () => healthy.requests.length === 9,
       'the healthy subscription, beside 16 unanswered requests',
     )
-    // Still unanswered, and never more than the rule's bound: concurrency + one first request per subscription.
-    expect(hanging.held()).toBe(16)
+    // Never more than the rule's bound: concurrency + one first request per subscription.
     expect(relayTestHooks(relay).activity().requestsInFlight).toBeLessThanOrEqual(16 + 5)
     release.resolve()
     await waitFor(() => hanging.held() === 4 * 8, 'the hanging endpoints, once they answer')
