@@ -12,6 +12,7 @@ import { claimAtScale } from './cases/claim-at-scale.js'
 import { consumerOverhead } from './cases/consumer-overhead.js'
 import { enqueueOverhead } from './cases/enqueue-overhead.js'
 import { forgedFlood } from './cases/forged-flood.js'
+import { hangingEndpoints } from './cases/hanging-endpoints.js'
 import { isolation } from './cases/isolation.js'
 import { latency } from './cases/latency.js'
 import { pruneUnderLoad } from './cases/prune-under-load.js'
@@ -37,6 +38,7 @@ const CASES: Record<string, (ctx: BenchContext) => Promise<CaseResult>> = {
   'prune-under-load': pruneUnderLoad,
   subscriptions,
   isolation,
+  'hanging-endpoints': hangingEndpoints,
   'breaker-cost': breakerCost,
   'backlog-fairness': backlogFairness,
 }

@@ -1,4 +1,4 @@
-import { useTestDatabase } from '@outbox/test-harness'
+import { type Sink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { createSubscription, enqueue, type RelayEventMap } from '../src/index.js'
@@ -125,7 +125,7 @@ describe('slots shared between subscriptions', () => {
 describe('hanging and failing endpoints beside a healthy subscription (the slot rule)', () => {
   /** `count` subscriptions whose endpoints accept every request and answer none until `release` resolves. */
   async function hangingSubscriptions(count: number, release: Promise<void>) {
-    const sinks = []
+    const sinks: Sink[] = []
     const ids: string[] = []
     for (let n = 0; n < count; n++) {
       const sink = await stored.sink(async () => {
