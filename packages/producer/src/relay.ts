@@ -726,7 +726,7 @@ export class Relay {
    * another one waits to start).
    */
   #yieldSlot(subscriptionId: string): boolean {
-    if (this.#ready.length === 0 || this.#targets.served().length <= 1) return false
+    if (this.#ready.length === 0 || !this.#targets.sharing) return false
     return shouldYield(
       this.#picture(),
       subscriptionId,
@@ -786,7 +786,7 @@ export class Relay {
   #nextReady(): ClaimedLane | undefined {
     if (this.#ready.length === 0) return undefined
     // One subscription (the implicit endpoint's relay, the hot path): every slot is its own.
-    if (this.#targets.served().length <= 1) {
+    if (!this.#targets.sharing) {
       return this.#active.size < this.#options.concurrency ? this.#ready.shift() : undefined
     }
     const index = pickNext(
