@@ -30,8 +30,14 @@ const BAD_PER_SECOND = 3
 /** How many bad subscriptions stand beside the healthy one. */
 const BAD_COUNTS = [4, 16, 64] as const
 
-/** What the bad endpoints do: accept the connection and never answer, or answer 500 at once. */
-type Badness = 'hang' | '500'
+/**
+ * What the bad endpoints do: accept the connection and never answer; answer 500 at once; or answer 200 and then
+ * stream a body that never ends.
+ */
+type Badness = 'hang' | '500' | 'endless'
+
+/** Endless bodies are written in chunks of this size, as fast as the reader takes them. */
+const ENDLESS_CHUNK = Buffer.alloc(16 * 1024, 'x')
 
 /** One run, as the healthy subscription saw it. */
 interface Run {
@@ -44,6 +50,8 @@ interface Run {
   /** When the first failure (a timeout, or a 500) came, after the stream's start (ms); 0 when alone. */
   readonly firstFailureMs: number
   readonly badRequests: number
+  /** Bytes the bad endpoints wrote (what the relay had to read or cut off), per request to them. */
+  readonly badBytesPerRequest: number
   readonly order: OrderReport
 }
 
@@ -52,16 +60,31 @@ async function startBadEndpoints(count: number, badness: Badness) {
   const servers: Server[] = []
   const sockets = new Set<Socket>()
   let requests = 0
+  let bytesSent = 0
   for (let n = 0; n < count; n++) {
     const server = createServer((req: IncomingMessage, res) => {
       requests += 1
       req.resume()
       if (badness === '500') req.on('end', () => res.writeHead(500).end('{"title":"down"}'))
+      if (badness === 'endless') {
+        req.on('end', () => {
+          res.writeHead(200, { 'content-type': 'application/json' })
+          res.write('{"status":"applied","padding":"')
+          const pour = () => {
+            while (!res.destroyed && res.write(ENDLESS_CHUNK)) {}
+          }
+          res.on('drain', pour)
+          pour()
+        })
+      }
       // A hanging endpoint reads the request and never answers.
     })
     server.on('connection', (socket) => {
       sockets.add(socket)
-      socket.on('close', () => sockets.delete(socket))
+      socket.on('close', () => {
+        sockets.delete(socket)
+        bytesSent += socket.bytesWritten
+      })
     })
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
     servers.push(server)
@@ -69,8 +92,13 @@ async function startBadEndpoints(count: number, badness: Badness) {
   return {
     urls: servers.map((server) => `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`),
     requests: () => requests,
+    /** Bytes the endpoints wrote, counted as their connections close (all of them, once closed). */
+    bytesSent: () => bytesSent,
     async close() {
-      for (const socket of sockets) socket.destroy()
+      for (const socket of sockets) {
+        bytesSent += socket.bytesWritten
+        socket.destroy()
+      }
       await Promise.all(
         servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))),
       )
@@ -155,12 +183,16 @@ async function runOnce(
       if (received >= from) after += 1
       if (committed >= from) latenciesAfter.push(received - committed)
     }
+    await relay.stop({ timeoutMs: 200 })
+    await bad?.close()
+    const badRequests = bad?.requests() ?? 0
     return {
       throughput: after / ((last - from) / 1000),
       p99: percentile(latenciesAfter, 99),
       maxWait,
       firstFailureMs: firstFailureAt === 0 ? 0 : firstFailureAt - t0,
-      badRequests: bad?.requests() ?? 0,
+      badRequests,
+      badBytesPerRequest: badRequests === 0 ? 0 : (bad?.bytesSent() ?? 0) / badRequests,
       order: healthy.tracker.report(capped),
     }
   } finally {
@@ -216,7 +248,7 @@ export async function hangingEndpoints(ctx: BenchContext): Promise<CaseResult> {
         const besideRun = await runOnce(ctx, template, setUp, stream, requestTimeoutMs)
         beside.get(label(setUp))!.push(besideRun)
         ctx.log(
-          `  healthy ${label(setUp)}: ${Math.round(besideRun.throughput)} deliveries/s and p99 ${besideRun.p99.toFixed(1)} ms from the first failure (${(besideRun.firstFailureMs / 1000).toFixed(1)} s in), longest wait ${besideRun.maxWait.toFixed(0)} ms; ${besideRun.badRequests} requests to the bad endpoints`,
+          `  healthy ${label(setUp)}: ${Math.round(besideRun.throughput)} deliveries/s and p99 ${besideRun.p99.toFixed(1)} ms from the first failure (${(besideRun.firstFailureMs / 1000).toFixed(1)} s in), longest wait ${besideRun.maxWait.toFixed(0)} ms; ${besideRun.badRequests} requests to the bad endpoints, ${Math.round(besideRun.badBytesPerRequest / 1024)} KiB written per request`,
         )
       }
     }
@@ -257,6 +289,7 @@ export async function hangingEndpoints(ctx: BenchContext): Promise<CaseResult> {
               longestWait: runs.map((run) => round(run.maxWait)),
               firstFailureSeconds: runs.map((run) => round(run.firstFailureMs / 1000)),
               badEndpointRequests: runs.map((run) => run.badRequests),
+              badEndpointKiBPerRequest: runs.map((run) => round(run.badBytesPerRequest / 1024)),
             },
           },
         ),
