@@ -346,7 +346,15 @@ export class Relay {
     )
   }
 
-  /** Starts claiming and delivering in the background. Calling it again while running does nothing. */
+  /**
+   * Starts claiming and delivering in the background. Calling it again while running does nothing.
+   *
+   * It does not wait for the database: started before PostgreSQL is up (a host reboot, a rollout), it resolves, and
+   * the claim loop tries again with backoff (the poll interval doubled, at most 30 s), emitting `relay:error` (`during:
+   * 'claim'`) for each failed try, until the database answers — then it delivers. Meanwhile {@link lastPassAt} stays
+   * undefined, which a readiness check reads as "not ready". The LISTEN connection, when set, retries on its own
+   * backoff and the relay polls meanwhile. It rejects only when the relay was stopped or metrics cannot be set up.
+   */
   async start(): Promise<void> {
     if (this.#closed) throw new Error('this relay was stopped; create a new Relay to start again')
     if (this.#state !== 'idle') return

@@ -15,9 +15,10 @@ export type WebhookResponse =
 
 /**
  * The most of an answer's body that is kept: enough for `{"status":"applied"}` and for the 500 characters of an
- * error kept as `last_error`; the rest is read and dropped, so a huge answer costs no memory.
+ * error kept as `last_error`. Reading stops there: the connection is closed rather than drained, so an endpoint that
+ * streams an endless (or merely huge) answer costs at most these bytes plus one chunk, and no more time.
  */
-const MAX_KEPT_BODY_BYTES = 16 * 1024
+export const MAX_KEPT_BODY_BYTES = 16 * 1024
 
 /** A request in flight that can be cut short (a stop, or its timeout). */
 export interface AbortableRequest {
@@ -45,6 +46,11 @@ export interface WebhookTransport {
  * AbortSignal with its listeners — on a fast endpoint about a tenth of the relay's CPU, for a body the relay reads
  * whole and mostly ignores. This handler collects at most {@link MAX_KEPT_BODY_BYTES} and aborts through the
  * controller undici hands it.
+ *
+ * Once the status line arrived, the status decides: an answer cut short — its body longer than what is kept, or
+ * still arriving at the timeout or a stop — resolves as `answered` with that status and the bytes kept. A 2xx is
+ * then a delivery (the consumer applied the event before answering), never a "timed out" that would send it again.
+ * Cutting an answer short destroys its connection (undici never hands a half-read socket back to the pool).
  */
 export function postWebhook(
   transport: WebhookTransport,
@@ -63,9 +69,18 @@ export function postWebhook(
     let kept = 0
     let settled = false
 
+    /** The answer as far as it was read: its status, and the body bytes kept. */
+    const answered = (): WebhookResponse => {
+      const text = (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).toString('utf8')
+      return retryAfter === undefined
+        ? { kind: 'answered', status, body: text }
+        : { kind: 'answered', status, body: text, retryAfter }
+    }
     const cut = (why: 'timed out' | 'aborted') => {
       if (settled || cutShort) return
       cutShort = why
+      // The status line is in: the outcome is decided; only the rest of the body is given up.
+      if (status !== 0) settle(answered())
       controller?.abort(new Error(why))
     }
     const timer = clock.setTimeout(() => cut('timed out'), timeoutMs)
@@ -90,18 +105,19 @@ export function postWebhook(
         const value = responseHeaders['retry-after']
         retryAfter = Array.isArray(value) ? value[0] : value
       },
-      onResponseData(_controller, chunk) {
-        if (kept >= MAX_KEPT_BODY_BYTES) return
-        chunks.push(chunk)
-        kept += chunk.length
+      onResponseData(dataController, chunk) {
+        if (settled) return
+        const room = MAX_KEPT_BODY_BYTES - kept
+        chunks.push(chunk.length > room ? chunk.subarray(0, room) : chunk)
+        kept += Math.min(chunk.length, room)
+        if (kept < MAX_KEPT_BODY_BYTES) return
+        // Everything after this would be dropped: reading on until the body ends (never, for an endless one) or the
+        // timeout only spends bandwidth and the slot — and a timeout would turn a 2xx into a failed attempt.
+        settle(answered())
+        dataController.abort(new Error('answer longer than the relay keeps'))
       },
       onResponseEnd() {
-        const text = (chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)).toString('utf8')
-        settle(
-          retryAfter === undefined
-            ? { kind: 'answered', status, body: text }
-            : { kind: 'answered', status, body: text, retryAfter },
-        )
+        settle(answered())
       },
       onResponseError(_controller, error) {
         settle(cutShort ? { kind: cutShort } : { kind: 'network error', error })

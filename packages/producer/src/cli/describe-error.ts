@@ -100,6 +100,50 @@ export function explainDatabaseError(error: unknown, target?: DatabaseTarget): s
 }
 
 /**
+ * Failures that say the database is not there YET — nothing listens, its name does not resolve (a service whose DNS
+ * record appears with it), the network or the server is still coming up, it has no free connection — as opposed
+ * to a wrong password, a missing database or missing tables, which waiting never heals.
+ */
+const NOT_YET_CODES: ReadonlySet<string> = new Set([
+  'ECONNREFUSED',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'ENETUNREACH',
+  'ENOENT',
+  'ECONNRESET',
+  '53300',
+  '57P01',
+  '57P02',
+  '57P03',
+])
+
+/**
+ * True when `error` says the database cannot be reached yet ({@link NOT_YET_CODES}, or pg's own words for a connect
+ * that timed out or a connection the server cut): a relay started beside its database waits for it rather than
+ * exiting.
+ */
+export function isDatabaseNotYetUp(error: unknown): boolean {
+  for (const link of chain(error)) {
+    if (isOutboxError(link)) continue
+    if (typeof link.code === 'string' && NOT_YET_CODES.has(link.code)) return true
+    const message = messageOf(link)
+    if ((/timeout/i.test(message) && /connect/i.test(message)) || /Connection terminated/i.test(message))
+      return true
+  }
+  return false
+}
+
+/** True when `error` says the outbox tables (or their schema) do not exist: `outbox migrate` has not run. */
+export function isOutboxSchemaMissing(error: unknown): boolean {
+  for (const link of chain(error)) {
+    if (link.code === '42P01' || link.code === '3F000') return true
+  }
+  return false
+}
+
+/**
  * Refusals of an operator action (`outbox lanes unblock|skip-head`): the lane is held by a relay, busy, not in the
  * state the action needs, or the action would bend an ordering guarantee. The library's message already says what
  * to do instead; they are runtime outcomes (exit 1), not usage errors — the command line was right.

@@ -24,6 +24,7 @@ import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
 import { createReadiness, registerReadyGauge } from './relay-readiness.js'
 import { resolveSettings } from './relay-settings.js'
 import { readSecretFile } from './secret-file.js'
+import { waitForDatabase } from './wait-for-database.js'
 
 const FLAGS = {
   ...DATABASE_FLAGS,
@@ -336,12 +337,6 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
       }
       const relay = constructRelay(producer, options, values)
       logRelayEvents(relay, log, target)
-      // One read up front: an unreachable database or missing tables fail the command now, with one line,
-      // instead of a relay that retries forever.
-      await producer.stats(db, { schema: target.schema })
-      // And a schema a newer release migrated fails it too, rather than a relay reporting it on every claim.
-      await checkSchemaNotNewer({ db, schema: target.schema })
-
       const interrupt = catchInterrupt((signal) => {
         log.warn({}, `second ${signal}: exiting without releasing claims (they expire with their lease)`)
         process.exit(signalExitCode(signal))
@@ -352,6 +347,8 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
       })
       let server: RelayHttpServer | undefined
       let closePing: (() => Promise<void>) | undefined
+      /** Why the relay has not started yet, while it waits for its database (`/readyz` says so). */
+      let waitingFor: string | undefined
       try {
         if (register !== undefined) {
           const { ping, close } = await readinessPing(target)
@@ -359,6 +356,7 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
           const readiness = createReadiness({
             lastPassAt: () => relay.lastPassAt,
             stopping: () => interrupt.received !== undefined,
+            waiting: () => waitingFor,
             ping,
             // A pass completes at least once a poll interval; one that has not for a whole lease is stuck (its
             // lanes' leases run out meanwhile and other relays take them).
@@ -378,6 +376,26 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
             { host: metricsHost, port: server.port, paths: '/metrics,/healthz,/readyz' },
             'serving metrics and probes',
           )
+        }
+        // One read up front, before anything is claimed: missing tables, a wrong password or a schema a newer
+        // release migrated fail the command now, with one line, instead of a relay that reports it on every claim.
+        // A database that is not up yet is waited for (the probes answer meanwhile: alive, not ready).
+        const answered = await waitForDatabase({
+          check: async () => {
+            await producer.stats(db, { schema: target.schema })
+            await checkSchemaNotNewer({ db, schema: target.schema })
+          },
+          explain: (error) =>
+            explainDatabaseError(error, target) ?? (error instanceof Error ? error.message : String(error)),
+          log,
+          interrupt: interrupt.signal,
+          onWaiting: (reason) => {
+            waitingFor = reason
+          },
+        })
+        if (!answered) {
+          log.info({}, `${interrupt.received} received while waiting for the database: exiting`)
+          return 0
         }
         await relay.start()
         const resolved = relay.options

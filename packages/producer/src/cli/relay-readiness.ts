@@ -7,6 +7,8 @@ export interface ReadinessOptions {
   readonly lastPassAt: () => Date | undefined
   /** True once a stop began: a draining relay takes no new work, so it should get no new traffic either. */
   readonly stopping: () => boolean
+  /** Why the relay has not started yet (it waits for its database), or undefined once it has. */
+  readonly waiting?: () => string | undefined
   /** Asks the database a trivial question (`SELECT 1`); rejects when it does not answer. */
   readonly ping: () => Promise<void>
   /** A loop that completed no pass for this long is stalled. */
@@ -21,14 +23,16 @@ export interface ReadinessOptions {
 const CACHE_MS = 1000
 
 /**
- * The relay's readiness: the database answers a `SELECT 1` within `timeoutMs`, AND the claim loop completed a pass
- * within `stallMs` (a loop stuck on a connection that went silent delivers nothing, though its process is fine),
- * AND no stop began. One check runs at a time; its answer is reused for a second.
+ * The relay's readiness: it is not waiting for its database to come up, the database answers a `SELECT 1` within
+ * `timeoutMs`, AND the claim loop completed a pass within `stallMs` (a loop stuck on a connection that went silent
+ * delivers nothing, though its process is fine), AND no stop began. One check runs at a time; its answer is reused for a second.
  */
 export function createReadiness(options: ReadinessOptions): () => Promise<Readiness> {
   let cached: { at: number; value: Promise<Readiness> } | undefined
   const check = async (): Promise<Readiness> => {
     if (options.stopping()) return { ready: false, reason: 'stopping: draining in-flight requests' }
+    const waiting = options.waiting?.()
+    if (waiting !== undefined) return { ready: false, reason: `waiting for the database: ${waiting}` }
     let timer: NodeJS.Timeout | undefined
     try {
       await Promise.race([
