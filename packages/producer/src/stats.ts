@@ -48,8 +48,8 @@ export interface StatsOptions {
   /** @defaultValue 'public' */
   readonly schema?: string
   /**
-   * The disabled retention your `prune` runs with, so a warning about a disabled subscription can say when its held
-   * deliveries start to be dropped (`false`: prune keeps them). @defaultValue '7d'
+   * The disabled retention your `prune` runs with, if it runs with one, so a warning about a disabled subscription
+   * can say when its held deliveries start to be dropped. @defaultValue false (prune keeps them, as by default)
    */
   readonly disabledRetention?: Duration | false
 }
@@ -65,8 +65,8 @@ export interface OutboxStats extends StatsFigures {
   readonly subscriptions: readonly SubscriptionStats[]
   /**
    * Things an operator should act on, for a person: a disabled stored subscription holding pending events (no relay
-   * claims them, they hold back pruning, and prune drops those held past the disabled retention: the warning says
-   * from when) or that lost some to the disabled retention.
+   * claims them, they hold back pruning, and a prune run with a disabled retention drops those held past it: the
+   * warning says from when) or that lost some to the disabled retention.
    */
   readonly warnings: readonly string[]
 }
