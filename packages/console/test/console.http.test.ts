@@ -473,16 +473,14 @@ describe('overview: subscriptions disabled automatically', () => {
       const quiet = await request(readOnlyApp).get('/outbox/').set(bearer)
       expect(quiet.text).not.toContain('Disabled automatically')
       await disableSubscription(t.db, paused.id, { reason: 'maintenance window' })
-      await t.db
-        .transaction()
-        .execute((trx) =>
-          enqueue(trx, {
-            aggregateType: 'order',
-            aggregateId: 'gone-1',
-            eventType: 'order.created',
-            payload: {},
-          }),
-        )
+      await t.db.transaction().execute((trx) =>
+        enqueue(trx, {
+          aggregateType: 'order',
+          aggregateId: 'gone-1',
+          eventType: 'order.created',
+          payload: {},
+        }),
+      )
       const relay = new Relay({ db: t.db, allowPrivateNetworks: true, listen: false, logger: silentLogger })
       await relay.runOnce()
       await relay.stop()
