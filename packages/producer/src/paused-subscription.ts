@@ -3,11 +3,10 @@ import { type Duration, parseDuration } from './duration.js'
 import { invalidOption } from './errors.js'
 
 /**
- * A disabled retention of 7 days, for those who opt in to it: a customer's endpoint down over a long weekend, and an
- * operator acting on the `stats`/`doctor` warning within a working week, fit in it.
- *
- * @deprecated It was `prune`'s default until 0.2.0; prune now keeps a disabled subscription's deliveries unless its
- * `disabledRetention` is given. Pass a retention of your own (`disabledRetention: '7d'`).
+ * A disabled retention of 7 days, to opt in with (`prune(db, { retention, disabledRetention:
+ * DEFAULT_OUTBOX_DISABLED_RETENTION_MS })`): a customer's endpoint down over a long weekend, and an operator acting
+ * on the `stats`/`doctor` warning within a working week, fit in it. It is not prune's default: without a
+ * `disabledRetention`, prune keeps a disabled subscription's deliveries.
  */
 export const DEFAULT_OUTBOX_DISABLED_RETENTION_MS = 7 * 86_400_000
 
