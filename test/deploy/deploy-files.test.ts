@@ -120,9 +120,35 @@ describe('deploy/: operations files against the live relay', () => {
     // `up` is the series Prometheus writes for every target; everything else must come from the relay.
     const missing = [...referenced].filter((name) => name !== 'up' && !names.has(name))
     expect(missing, `named in deploy/ but absent from the scrape:\n${scrape}`).toEqual([])
-    for (const name of ['outbox_relay_ready', 'outbox_lag_seconds', 'outbox_request_duration_seconds'])
+    for (const name of [
+      'outbox_relay_ready',
+      'outbox_lag_seconds',
+      'outbox_request_duration_seconds',
+      'outbox_disabled_subscriptions',
+      'outbox_subscription_oldest_due_seconds',
+    ])
       expect(referenced.has(name) || referenced.has(`${name}_bucket`), name).toBe(true)
     expect((await relay.stop('SIGTERM')).code).toBe(0)
+  })
+
+  it('alerts on an auto-disabled subscription and on a subscription whose oldest due event is old, with metrics the producer README documents', () => {
+    const rules: { alert: string; expr: string }[] = parse(read('prometheus/alerts.yml')).groups.flatMap(
+      (group: { rules: { alert: string; expr: string }[] }) => group.rules,
+    )
+    const exprOf = (alert: string) => rules.find((rule) => rule.alert === alert)?.expr ?? ''
+    expect(metricNames(exprOf('OutboxSubscriptionAutoDisabled'))).toEqual(['outbox_disabled_subscriptions'])
+    expect(exprOf('OutboxSubscriptionAutoDisabled')).toContain('reason="gone"')
+    expect(metricNames(exprOf('OutboxSubscriptionOldestDueHigh'))).toEqual([
+      'outbox_subscription_oldest_due_seconds',
+    ])
+    expect(exprOf('OutboxSubscriptionOldestDueHigh')).toMatch(/by \(subscription\)/)
+    // Every relay metric deploy/ names is one an operator can look up.
+    const readme = readFileSync(new URL('../../packages/producer/README.md', import.meta.url), 'utf8')
+    const undocumented = [...new Set([...alertExprs, ...dashboardExprs].flatMap(metricNames))]
+      .filter((name) => name.startsWith('outbox_'))
+      .map((name) => name.replace(/_(bucket|sum|count)$/, ''))
+      .filter((name) => !readme.includes(`\`${name}`))
+    expect(undocumented).toEqual([])
   })
 
   it('the Deployment, the Dockerfile and the systemd unit agree with the CLI: port, probe paths, flags, stop timeout', async () => {

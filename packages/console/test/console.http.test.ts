@@ -4,7 +4,10 @@ import { promisify } from 'node:util'
 import {
   checkIntegrity,
   createSubscription,
+  deleteSubscription,
+  disableSubscription,
   enqueue,
+  getSubscription,
   listDeadLetters,
   Relay,
   silentLogger,
@@ -455,6 +458,53 @@ describe('lanes', () => {
     const bad = await request(actingApp).get('/outbox/dead-letters?status=abc').set(bearer)
     expect(bad.status).toBe(400)
     expect(bad.text).toContain('status')
+  })
+})
+
+describe('overview: subscriptions disabled automatically', () => {
+  it('shows a subscription a 410 disabled, with its reason and since when, and nothing of an operator’s pause', async () => {
+    const gone = await startSink(() => ({ status: 410 }))
+    const retired = await createSubscription(t.db, {
+      url: `${gone.url}?key=not-for-the-page`,
+      name: 'retired',
+    })
+    const paused = await createSubscription(t.db, { url: 'http://127.0.0.1:9/paused', name: 'paused' })
+    try {
+      const quiet = await request(readOnlyApp).get('/outbox/').set(bearer)
+      expect(quiet.text).not.toContain('Disabled automatically')
+      await disableSubscription(t.db, paused.id, { reason: 'maintenance window' })
+      await t.db.transaction().execute((trx) =>
+        enqueue(trx, {
+          aggregateType: 'order',
+          aggregateId: 'gone-1',
+          eventType: 'order.created',
+          payload: {},
+        }),
+      )
+      const relay = new Relay({ db: t.db, allowPrivateNetworks: true, listen: false, logger: silentLogger })
+      await relay.runOnce()
+      await relay.stop()
+      const disabledAt = (await getSubscription(t.db, retired.id))?.disabledAt
+      expect(disabledAt).toBeInstanceOf(Date)
+
+      const page = await request(readOnlyApp).get('/outbox/').set(bearer)
+      expect(page.status).toBe(200)
+      const section = /<section class="auto-disabled">([\s\S]*?)<\/section>/.exec(page.text)?.[1] ?? ''
+      expect(section).toContain('Disabled automatically')
+      const row =
+        new RegExp(`<tr data-subscription="${retired.id}">([\\s\\S]*?)</tr>`).exec(section)?.[1] ?? ''
+      expect(row).toContain('retired')
+      expect(row).toContain('gone: its endpoint answered 410 Gone')
+      expect(row).toContain(disabledAt!.toISOString().slice(0, 19).replace('T', ' '))
+      // The operator's own pause is theirs to know: not listed as automatic, and its free text is not shown there.
+      expect(section).not.toContain('paused')
+      // The endpoint's host only, never its query string.
+      expect(page.text).not.toContain('not-for-the-page')
+    } finally {
+      await gone.close()
+      await deleteSubscription(t.db, retired.id)
+      await deleteSubscription(t.db, paused.id)
+    }
   })
 })
 

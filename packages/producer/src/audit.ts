@@ -11,6 +11,7 @@ export type AuditAction =
   | 'dead-letters.redrive'
   | 'dead-letters.discard'
   | 'integrity.repair'
+  | 'subscription.drop-pending'
 
 /** One row of the audit log: who did what to which target, when, and with what result. */
 export interface AuditEntry {
@@ -78,7 +79,8 @@ export interface ListAuditOptions {
 
 /**
  * Lists the audit log, newest first: every unblock, skip, redrive, discard and repair an operator made through the
- * API, the CLI or the console, with its actor, target and result.
+ * API, the CLI or the console, and every drop of a disabled subscription's pending deliveries by `prune` (run with a
+ * `disabledRetention`), with its actor, target and result.
  *
  * @example
  * ```ts

@@ -1,5 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises'
 import type { Kysely } from 'kysely'
+import { recordAudit } from './audit.js'
 import type { Logger } from './logger.js'
 import { inTransactionRetryingDeadlocks } from './retry-deadlocks.js'
 import { dropLanePrefixes } from './sql/drop-lane-prefixes.js'
@@ -23,6 +24,8 @@ export interface DropLapsedRequest {
   /** Called after every batch with the rows it dropped. */
   readonly onBatch: (dropped: number) => void
   readonly logger: Logger
+  /** Who asked for the drop, as the audit log records it. */
+  readonly actor: string
 }
 
 /** What the pass did: rows dropped, and whether nothing past the retention is left that it could take. */
@@ -47,11 +50,12 @@ const laneKey = (lane: { aggregate_type: string; aggregate_id: string }) =>
  * Drops the pending deliveries that disabled stored subscriptions have held longer than the disabled retention:
  * subscription by subscription, lanes in key order, each batch one transaction that locks the subscription (an
  * enable in flight wins), then the lanes (as operator actions take them, skipping any an enqueue, a claim, a redrive
- * or a live lease holds), then cuts a prefix of each lane and counts what went on the subscription. A lane it had to
- * skip makes the pass not caught up: a later run takes it.
+ * or a live lease holds), then cuts a prefix of each lane, counts what went on the subscription and records it in the
+ * audit log (one row per batch that dropped anything, in its transaction: the row exists exactly when the drop
+ * committed). A lane it had to skip makes the pass not caught up: a later run takes it.
  */
 export async function dropLapsedDeliveries(request: DropLapsedRequest): Promise<DropLapsedResult> {
-  const { db, schema, retentionMs, batchSize, maxBatches, pauseMs, signal, logger } = request
+  const { db, schema, retentionMs, batchSize, maxBatches, pauseMs, signal, logger, actor } = request
   const lapsed = await selectLapsedSubscriptions({ db, schema }, { retentionMs })
   let dropped = 0
   let batches = 0
@@ -100,6 +104,20 @@ export async function dropLapsedDeliveries(request: DropLapsedRequest): Promise<
           limit: batchSize,
         })
         const total = cut.reduce((sum, lane) => sum + Number(lane.dropped), 0)
+        if (total > 0) {
+          // Events a customer never received: who asked, which subscription, how many. Ids and counts only, never
+          // the URL (it may carry a credential).
+          await recordAudit(ctx, {
+            actor,
+            action: 'subscription.drop-pending',
+            target: {
+              subscriptionId: subscription.id,
+              ...(subscription.name === null ? {} : { subscriptionName: subscription.name }),
+              disabledRetentionMs: retentionMs,
+            },
+            result: { dropped: total, lanes: cut.length, skippedLanes: lanes.length - locked.size },
+          })
+        }
         const last = cut.at(-1)
         // A full batch may have cut its last lane short: the next batch starts AT that lane. Otherwise every lane
         // it locked lost its whole prefix, and the next batch starts after the last lane read (none if fewer than

@@ -1,4 +1,5 @@
 import { type DeliveryStatus, EventHub } from '@outbox/protocol'
+import type { AutoDisableReason } from './auto-disable.js'
 import type { Logger } from './logger.js'
 
 /** The event and lane an occurrence is about. */
@@ -90,12 +91,12 @@ export interface RelayEventMap {
   'subscription:skipped': { readonly subscriptionId: string; readonly name: string; readonly reason: string }
   /**
    * The relay disabled a stored subscription: its endpoint answered `410 Gone` (`reason: 'gone'`). Its events are
-   * kept; `enableSubscription` resumes it.
+   * kept; `enableSubscription` resumes it. Counted in `outbox_subscription_auto_disables_total{reason}`.
    */
   'subscription:disabled': {
     readonly subscriptionId: string
     readonly name: string
-    readonly reason: 'gone'
+    readonly reason: AutoDisableReason
     readonly httpStatus: number
   }
   /**

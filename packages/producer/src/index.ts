@@ -1,4 +1,5 @@
 export { type AuditAction, type AuditEntry, type ListAuditOptions, listAudit } from './audit.js'
+export { AUTO_DISABLE_REASONS, type AutoDisableReason, isAutoDisableReason } from './auto-disable.js'
 export type { DeadLetterFilter } from './dead-letter-filter.js'
 export {
   type DeadLetter,

@@ -80,8 +80,8 @@ export interface IntegrityReport {
   readonly findings: readonly IntegrityFinding[]
   /**
    * Things an operator should act on that break no rule, for a person: a disabled stored subscription holding
-   * pending events (no relay claims them, they hold back pruning, and prune drops those held past the disabled
-   * retention: the warning says from when) or that lost some to the disabled retention, and a subscription whose
+   * pending events (no relay claims them, they hold back pruning, and a prune run with a disabled retention drops
+   * those held past it: the warning says from when) or that lost some to the disabled retention, and a subscription whose
    * backfill (`startAt: 'earliest'`) runs (it delivers nothing until the copy is done; a stalled copy says since
    * when). The heads of either are not reported as overdue.
    */
@@ -99,8 +99,8 @@ export interface CheckIntegrityOptions {
   /** Most lanes reported per rule (and findings), so a damaged large outbox gives a bounded report. @defaultValue 100 */
   readonly limit?: number
   /**
-   * The disabled retention your `prune` runs with, so a warning about a disabled subscription can say when its held
-   * deliveries start to be dropped (`false`: prune keeps them). @defaultValue '7d'
+   * The disabled retention your `prune` runs with, if it runs with one, so a warning about a disabled subscription
+   * can say when its held deliveries start to be dropped. @defaultValue false (prune keeps them, as by default)
    */
   readonly disabledRetention?: Duration | false
 }

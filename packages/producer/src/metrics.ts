@@ -1,16 +1,20 @@
 import type { MetricsRegistry } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
+import { AUTO_DISABLE_REASONS } from './auto-disable.js'
 import type { RelayEvents } from './events.js'
 import type { OutboxStats, StatsFigures } from './stats.js'
 import { stats } from './stats.js'
+import { registerSubscriptionGauges } from './subscription-gauges.js'
+import { SubscriptionLabeler } from './subscription-labeler.js'
 
 export type { MetricsRegistry }
 
 /**
- * Which `subscription` label values the metrics use: each subscription's name (`'all'`), none (`'none'`: every
- * series is labelled `subscription="all"`), or the names of the first `max` subscriptions seen with the rest
- * labelled `other` (`{ max }`), so a relay serving thousands of tenants' subscriptions does not create thousands
- * of series per metric.
+ * Which `subscription` label values the metrics use: every subscription's own (`'all'`), none (`'none'`: every
+ * series is labelled `subscription="all"`), or those of the first `max` subscriptions seen with the rest labelled
+ * `other` (`{ max }`), so a relay serving thousands of tenants' subscriptions does not create thousands of series per
+ * metric. The delivery counters and histograms are labelled by name; the per-subscription gauges
+ * (`outbox_subscription_*`) by id, so no tenant's name reaches them; each kind is capped on its own.
  */
 export type SubscriptionLabels = 'all' | 'none' | { readonly max: number }
 
@@ -60,30 +64,17 @@ const GAUGES: readonly [keyof StatsFigures, string, string | undefined, string][
   ['blocked', 'blocked_lanes', 'blocked', "Lanes parked by a 409 or by onExhausted: 'block'."],
 ]
 
-/** Maps subscription names to label values under a {@link SubscriptionLabels} policy. */
-class SubscriptionLabeler {
-  readonly #seen = new Set<string>()
-  constructor(private readonly policy: SubscriptionLabels) {}
-
-  label(name: string): string {
-    if (this.policy === 'all') return name
-    if (this.policy === 'none') return 'all'
-    if (this.#seen.has(name)) return name
-    if (this.#seen.size >= this.policy.max) return 'other'
-    this.#seen.add(name)
-    return name
-  }
-}
-
 /**
  * The relay's Prometheus metrics on a registry the user owns: counters of deliveries by subscription, outcome and
- * HTTP status, of relay errors and of lane takeovers; a histogram of request durations and one of enqueue-to-2xx
- * latency; and gauges of the whole outbox read from {@link stats} at scrape time (one query serves a whole
- * scrape; a failed read keeps the last values and counts `outbox_relay_errors_total{during="stats"}` instead of
- * failing the scrape).
+ * HTTP status, of relay errors, of lane takeovers and of subscriptions the relay disabled by itself (by reason); a
+ * histogram of request durations and one of enqueue-to-2xx latency; and gauges read from {@link stats} at scrape
+ * time — of the whole outbox, of disabled subscriptions by reason, and of each subscription (pending, oldest due age,
+ * in flight, breaker) — where one query serves a whole scrape; a failed read keeps the last values and counts
+ * `outbox_relay_errors_total{during="stats"}` instead of failing the scrape.
  *
- * The `subscription` label is the subscription's name (`default` for the implicit one, the id for a stored one
- * without a name), capped by `subscriptionLabels` (default: the first 50 names, then `other`).
+ * The counters' and histograms' `subscription` label is the subscription's name (`default` for the implicit one, the
+ * id for a stored one without a name); the per-subscription gauges' is its id (the nil uuid for the implicit one).
+ * Both are capped by `subscriptionLabels` (default: the first 50 seen, then `other`).
  *
  * @example
  * ```ts
@@ -103,6 +94,7 @@ export class RelayMetrics {
     private readonly errors: Counter,
     private readonly takeovers: Counter,
     private readonly durations: Histogram,
+    private readonly autoDisables: Counter,
     private readonly labels: SubscriptionLabeler,
   ) {}
 
@@ -156,6 +148,13 @@ export class RelayMetrics {
       'Lanes this relay claimed after another claim expired without an outcome (a relay died or hung), by subscription and whether the head was charged an attempt.',
       ['subscription', 'charged'],
     )
+    const autoDisables = counter(
+      'subscription_auto_disables_total',
+      'Stored subscriptions this relay disabled by itself, by reason (gone: the endpoint answered 410 Gone). outbox_disabled_subscriptions counts those still disabled.',
+      ['reason'],
+    )
+    // Every reason's series exists from the start at 0, so increase() sees the first auto-disable.
+    for (const reason of AUTO_DISABLE_REASONS) autoDisables.inc({ reason }, 0)
     let cached: { at: number; value: Promise<OutboxStats> } | undefined
     const read = () => {
       if (!cached || performance.now() - cached.at > STATS_CACHE_MS) {
@@ -199,8 +198,37 @@ export class RelayMetrics {
         })
       }
     }
-    const labels = new SubscriptionLabeler(options.subscriptionLabels ?? DEFAULT_SUBSCRIPTION_LABELS)
-    return new RelayMetrics(deliveries, latency, transitions, errors, takeovers, durations, labels)
+    const policy = options.subscriptionLabels ?? DEFAULT_SUBSCRIPTION_LABELS
+    registerSubscriptionGauges({
+      gauge: (name, help, labelNames, collect) => {
+        if (existing(name)) return
+        new client.Gauge({
+          name: `${prefix}${name}`,
+          help,
+          labelNames,
+          registers: [register],
+          async collect() {
+            const figures = await readOrKeep()
+            if (figures) {
+              this.reset()
+              for (const [labels, value] of collect(figures)) this.set(labels, value)
+            }
+          },
+        })
+      },
+      labels: new SubscriptionLabeler(policy),
+    })
+    const labels = new SubscriptionLabeler(policy)
+    return new RelayMetrics(
+      deliveries,
+      latency,
+      transitions,
+      errors,
+      takeovers,
+      durations,
+      autoDisables,
+      labels,
+    )
   }
 
   /** Feeds the counters and the histograms from a relay's own events. */
@@ -227,6 +255,7 @@ export class RelayMetrics {
       }),
     )
     events.on('relay:error', (event) => this.errors.inc({ during: event.during }))
+    events.on('subscription:disabled', (event) => this.autoDisables.inc({ reason: event.reason }))
     const transition = (name: string, to: string) =>
       this.transitions.inc({ subscription: this.labels.label(name), to })
     events.on('endpoint:opened', (event) => transition(event.name, 'open'))

@@ -3,19 +3,21 @@ import { type Duration, parseDuration } from './duration.js'
 import { invalidOption } from './errors.js'
 
 /**
- * Default disabled retention of `prune`: 7 days. A customer's endpoint down over a long weekend, and an operator
- * acting on the `stats`/`doctor` warning within a working week, fit in it; a subscription disabled and forgotten
- * holds at most a week of its events (the outbox grows by its enqueue rate times the retention, not without end).
+ * A disabled retention of 7 days, to opt in with (`prune(db, { retention, disabledRetention:
+ * DEFAULT_OUTBOX_DISABLED_RETENTION_MS })`): a customer's endpoint down over a long weekend, and an operator acting
+ * on the `stats`/`doctor` warning within a working week, fit in it. It is not prune's default: without a
+ * `disabledRetention`, prune keeps a disabled subscription's deliveries.
  */
 export const DEFAULT_OUTBOX_DISABLED_RETENTION_MS = 7 * 86_400_000
 
 /**
  * Resolves a `disabledRetention` option (prune's, and the one `stats` and `checkIntegrity` describe in their
- * warnings): ms, or false when it is turned off.
+ * warnings): ms, or false when none is given. Nothing is dropped unless the operator asked: a subscription is
+ * disabled by a single `410 Gone` from its customer's endpoint as well as by an operator, so dropping what it holds
+ * is never a default.
  */
 export function disabledRetentionOption(value: Duration | false | undefined): number | false {
-  if (value === undefined) return DEFAULT_OUTBOX_DISABLED_RETENTION_MS
-  if (value === false) return false
+  if (value === undefined || value === false) return false
   if (typeof value !== 'number' && typeof value !== 'string') {
     throw invalidOption(
       'disabledRetention',
@@ -57,8 +59,8 @@ function describeRetention(ms: number): string {
 /**
  * The warning `stats` and `checkIntegrity` give about a disabled stored subscription that still holds pending
  * events, or has lost some to the disabled retention: no relay claims them, they hold back pruning until the
- * subscription is enabled (and catches up) or deleted — and `prune` drops those held longer than the disabled
- * retention, so the warning says from when (`retentionMs` false: never).
+ * subscription is enabled (and catches up) or deleted — and a `prune` run with a disabled retention drops those held
+ * longer than it, so the warning says from when (`retentionMs` false, the default: never).
  *
  * The implicit subscription is never warned about: a relay given an `endpoint` serves it whatever its state, so its
  * pending events are not stuck (and its lag shows when no such relay runs); the disabled retention never drops them.
@@ -77,7 +79,8 @@ export function pausedSubscriptionWarning(
       : `; it has lost ${dropped} pending deliver${dropped === 1 ? 'y' : 'ies'} to the disabled retention (last at ${subscription.lastDroppedAt?.toISOString() ?? 'unknown'})`
   if (pending === 0) return `${who} holds nothing now${lost}: enable or delete it`
   const held = `${who} holds ${pending} pending event${pending === 1 ? '' : 's'}; they pin pruning: enable or delete it`
-  if (retentionMs === false) return `${held} (prune keeps them: the disabled retention is off)${lost}`
+  // Kept is the default: nothing to add. With a retention, the warning says when the first of them goes.
+  if (retentionMs === false) return `${held}${lost}`
   // Every way to disable a subscription stamps disabled_at; a row without one (edited by hand) is never dropped.
   if (subscription.disabledAt === null) return `${held}${lost}`
   const from = Math.max(subscription.oldestPendingAt?.getTime() ?? 0, subscription.disabledAt.getTime())

@@ -1,5 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises'
 import type { Kysely } from 'kysely'
+import { actorOption } from './audit.js'
 import { dropLapsedDeliveries } from './drop-lapsed-deliveries.js'
 import { type Duration, parseDuration } from './duration.js'
 import { invalidOption, OutboxError } from './errors.js'
@@ -21,13 +22,17 @@ export interface PruneOptions {
    */
   readonly deliveryLogRetention?: Duration
   /**
-   * Drop the pending deliveries a DISABLED stored subscription has held longer than this while disabled (a row
-   * qualifies when both its enqueue and the subscription's disabling are older than this; each lane loses a prefix,
-   * so it keeps a contiguous tail). Dropped deliveries are counted per subscription (`dropped` in `stats` and
-   * `listSubscriptions`). `false` keeps them until the subscription is enabled or deleted.
-   * @defaultValue '7d' (`DEFAULT_OUTBOX_DISABLED_RETENTION_MS`)
+   * Opt in to dropping the pending deliveries a DISABLED stored subscription has held longer than this while
+   * disabled (a row qualifies when both its enqueue and the subscription's disabling are older than this; each lane
+   * loses a prefix, so it keeps a contiguous tail). Dropped deliveries are counted per subscription (`dropped` in
+   * `stats` and `listSubscriptions`) and recorded in the audit log (`listAudit`). Omitted or `false`, they are kept
+   * until the subscription is enabled or deleted: a single `410 Gone` from a customer's endpoint disables a
+   * subscription, so nothing it holds is dropped unless the operator asked.
+   * @defaultValue false (keep them)
    */
   readonly disabledRetention?: Duration | false
+  /** Who runs the prune, as the audit log records a drop of the disabled retention. @defaultValue 'api' */
+  readonly actor?: string
   /** Rows per delete statement. @defaultValue 5000 */
   readonly batchSize?: number
   /** Stop after this many batches per status, so one run is bounded. @defaultValue 200 */
@@ -82,14 +87,15 @@ function positiveInteger(value: number | undefined, fallback: number, name: stri
 
 /**
  * Deletes sent events past retention in bounded batches (and dead letters and delivery log rows past their own
- * retentions, if given), and drops the pending deliveries a disabled stored subscription has held longer than the
- * disabled retention (7 days unless `disabledRetention` says otherwise or `false`).
- * Apart from those, pending events are never touched, nor are sequence counters and lane rows, so pruning never
- * loses an event an enabled subscription waits for and never reuses a sequence. A drop takes a prefix of each lane
+ * retentions, if given). Pending events are never touched, nor are sequence counters and lane rows, so pruning never
+ * loses an event a subscription waits for and never reuses a sequence — with one exception the operator must ask
+ * for: given a `disabledRetention`, it drops the pending deliveries a disabled stored subscription has held longer
+ * than that. A drop takes a prefix of each lane
  * (the lane keeps a contiguous tail, delivered in order once the subscription is enabled), under the lane's locks as
  * operator actions take them (a lane an enqueue, a claim or a redrive holds, or a live lease, is left for a later
  * run), re-checks in its own statement that the subscription is still disabled (an enable in flight wins), and is
- * counted on the subscription and logged as a warning. Run it from cron; `caughtUp: false` means run it again (or
+ * counted on the subscription, recorded in the audit log (`subscription.drop-pending`, under `actor`) and logged as
+ * a warning. Run it from cron; `caughtUp: false` means run it again (or
  * raise `maxBatches`).
  *
  * @example
@@ -100,7 +106,8 @@ function positiveInteger(value: number | undefined, fallback: number, name: stri
  * const { removed, dropped, caughtUp } = await prune(db, {
  *   retention: '30d',
  *   deliveryLogRetention: '7d',
- *   disabledRetention: '14d',
+ *   disabledRetention: '14d', // opt in: drop what a subscription held disabled for over 14 days
+ *   actor: 'nightly-prune',
  *   batchSize: 5000,
  *   pauseMs: 50,
  * })
@@ -128,6 +135,7 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
   const maxBatches = positiveInteger(options.maxBatches, DEFAULT_OUTBOX_PRUNE_MAX_BATCHES, 'maxBatches')
   const pauseMs = parseDuration(options.pauseMs ?? 0, 'pauseMs')
   const disabledMs = disabledRetentionOption(options.disabledRetention)
+  const actor = actorOption(options.actor)
   if (options.logger !== undefined && !isLogger(options.logger)) {
     throw invalidOption(
       'logger',
@@ -177,6 +185,7 @@ export async function prune(db: Kysely<any>, options: PruneOptions): Promise<Pru
     pauseMs,
     signal: options.signal,
     logger,
+    actor,
     onBatch: (dropped) => options.onBatch?.({ status: 'disabled', removed: dropped }),
   })
   return { removed, dropped: held.dropped, caughtUp: caughtUp && held.caughtUp }

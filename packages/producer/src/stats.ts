@@ -37,6 +37,20 @@ export interface SubscriptionStats extends StatsFigures {
    */
   readonly breaker: 'closed' | 'open' | 'probing'
   /**
+   * Age in seconds (since its enqueue) of its oldest pending delivery that a relay could send now — not one waiting
+   * in a retry backoff or behind a park — or 0 with none: the number a per-subscription delivery SLO alerts on. Always
+   * 0 for a disabled stored subscription, whose events are not due until it is enabled (its `pending` and its
+   * `disabledReason` say what it holds and why).
+   */
+  readonly oldestDueSeconds: number
+  /**
+   * Why it is disabled: `gone` when a relay disabled it because its endpoint answered `410 Gone` (see
+   * `AUTO_DISABLE_REASONS`), else the operator's reason (`disabled` when none was given); null while enabled.
+   */
+  readonly disabledReason: string | null
+  /** Since when it is disabled; null while enabled. */
+  readonly disabledAt: Date | null
+  /**
    * Pending deliveries `prune` dropped from it while it was disabled past the disabled retention, cumulative over
    * its life: events its endpoint never received.
    */
@@ -48,8 +62,8 @@ export interface StatsOptions {
   /** @defaultValue 'public' */
   readonly schema?: string
   /**
-   * The disabled retention your `prune` runs with, so a warning about a disabled subscription can say when its held
-   * deliveries start to be dropped (`false`: prune keeps them). @defaultValue '7d'
+   * The disabled retention your `prune` runs with, if it runs with one, so a warning about a disabled subscription
+   * can say when its held deliveries start to be dropped. @defaultValue false (prune keeps them, as by default)
    */
   readonly disabledRetention?: Duration | false
 }
@@ -65,8 +79,8 @@ export interface OutboxStats extends StatsFigures {
   readonly subscriptions: readonly SubscriptionStats[]
   /**
    * Things an operator should act on, for a person: a disabled stored subscription holding pending events (no relay
-   * claims them, they hold back pruning, and prune drops those held past the disabled retention: the warning says
-   * from when) or that lost some to the disabled retention.
+   * claims them, they hold back pruning, and a prune run with a disabled retention drops those held past it: the
+   * warning says from when) or that lost some to the disabled retention.
    */
   readonly warnings: readonly string[]
 }
@@ -122,12 +136,18 @@ export async function stats(db: Kysely<any>, options: StatsOptions = {}): Promis
     const idle = share.pending === 0 && share.dead === 0 && share.blocked === 0
     if (row.subscription_id === IMPLICIT_SUBSCRIPTION_ID && state === 'disabled' && idle) continue
     const breaker = row.breaker ?? 'closed'
+    // The implicit subscription is served by any relay given an `endpoint`, whatever its stored state.
+    const paused = state === 'disabled' && row.subscription_id !== IMPLICIT_SUBSCRIPTION_ID
     const entry = {
       id: row.subscription_id,
       name: row.name,
       state,
       tenant: row.tenant,
       breaker,
+      oldestDueSeconds:
+        paused || row.oldest_due_seconds === null ? 0 : Math.max(0, Number(row.oldest_due_seconds)),
+      disabledReason: state === 'disabled' ? row.disabled_reason : null,
+      disabledAt: state === 'disabled' ? row.disabled_at : null,
       ...share,
       dropped: Number(row.dropped_deliveries),
     } as const

@@ -360,10 +360,10 @@ export async function rotateSubscriptionSecret(
 
 /**
  * Pauses a subscription: relays stop claiming its lanes (within about two seconds; a request in flight finishes),
- * and it keeps receiving its events, delivered in order once it is enabled. It keeps them for the disabled retention
- * (`prune({ disabledRetention })`, 7 days by default): past it, prune drops the oldest of each lane (counted in
- * `dropped`), so `stats` and `outbox doctor` warn about what a disabled subscription holds, and from when it goes:
- * enable or delete it.
+ * and it keeps receiving its events, delivered in order once it is enabled. It keeps them until then, unless the
+ * operator runs `prune({ disabledRetention })`: past that retention, prune drops the oldest of each lane (counted in
+ * `dropped` and audited), so `stats` and `outbox doctor` warn about what a disabled subscription holds: enable or
+ * delete it.
  * The implicit subscription disabled stops receiving events (for deployments that serve stored subscriptions only).
  */
 export async function disableSubscription(

@@ -57,9 +57,12 @@ describe.concurrent('outbox stats', () => {
         state: 'enabled',
         tenant: null,
         breaker: 'closed',
+        disabledReason: null,
+        disabledAt: null,
         ...EXPECTED,
         dropped: 0,
         lagSeconds: printed.lagSeconds,
+        oldestDueSeconds: printed.subscriptions[0].oldestDueSeconds,
       },
     ])
     expect(printed.warnings).toEqual([])
@@ -68,7 +71,11 @@ describe.concurrent('outbox stats', () => {
     // Lag is read at another moment: compare everything else.
     const { lagSeconds: _lag, subscriptions, ...library } = await stats(t.db)
     expect(printed).toMatchObject(library)
-    expect(printed.subscriptions).toMatchObject(subscriptions.map(({ lagSeconds: _, ...sub }) => sub))
+    expect(printed.subscriptions).toMatchObject(
+      subscriptions.map(({ lagSeconds: _, oldestDueSeconds: __, ...sub }) => sub),
+    )
+    // Every row is due (none was tried): the oldest due event is the oldest pending one.
+    expect(Math.abs(printed.subscriptions[0].oldestDueSeconds - printed.lagSeconds)).toBeLessThan(1)
   })
 
   it('prints a table an operator reads at a glance', async () => {

@@ -9,6 +9,7 @@ import {
   enqueue,
   getSubscription,
   type Logger,
+  listAudit,
   OutboxError,
   prune,
   stats,
@@ -116,7 +117,13 @@ describe('prune({ disabledRetention })', () => {
 
     const logger = captureLogger()
     const batches: { status: string; removed: number }[] = []
-    const result = await prune(t.db, { retention: '30d', logger, onBatch: (batch) => batches.push(batch) })
+    const result = await prune(t.db, {
+      retention: '30d',
+      disabledRetention: '7d',
+      actor: 'nightly-prune',
+      logger,
+      onBatch: (batch) => batches.push(batch),
+    })
     expect(result).toEqual({ removed: 0, dropped: 5, caughtUp: true })
     expect(batches).toEqual([
       { status: 'sent', removed: 0 },
@@ -135,8 +142,17 @@ describe('prune({ disabledRetention })', () => {
     expect(subscription?.dropped).toBe(5)
     expect(subscription?.lastDroppedAt).toBeInstanceOf(Date)
     expect((await getSubscription(t.db, enabled))?.dropped).toBe(0)
-    const snapshot = await stats(t.db)
+    const snapshot = await stats(t.db, { disabledRetention: '7d' })
     expect(snapshot.subscriptions.find((sub) => sub.id === gone)).toMatchObject({ pending: 0, dropped: 5 })
+    // Audited: who asked, which subscription, how many, in the batch's own transaction (one batch here).
+    expect(await listAudit(t.db)).toEqual([
+      expect.objectContaining({
+        actor: 'nightly-prune',
+        action: 'subscription.drop-pending',
+        target: { subscriptionId: gone, subscriptionName: 'gone', disabledRetentionMs: 7 * 86_400_000 },
+        result: { dropped: 5, lanes: 2, skippedLanes: 0 },
+      }),
+    ])
     expect(logger.warnings).toEqual([
       {
         fields: expect.objectContaining({ subscriptionId: gone, subscriptionName: 'gone', dropped: 5 }),
@@ -152,19 +168,57 @@ describe('prune({ disabledRetention })', () => {
     const from = /the first from (\S+)/.exec(held ?? '')?.[1]
     expect(held).toMatch(/holds 5 pending events; .*longer than 7d/)
     expect(Math.abs(Date.parse(from!) - (Date.now() + 6 * 86_400_000))).toBeLessThan(60_000)
-    const report = await checkIntegrity(t.db)
+    const report = await checkIntegrity(t.db, { disabledRetention: '7d' })
     expect(report.warnings).toEqual(snapshot.warnings)
-    expect((await checkIntegrity(t.db, { disabledRetention: false })).warnings).toContainEqual(
-      expect.stringMatching(/young-rows .*prune keeps them: the disabled retention is off/),
+    // By default prune keeps them: no date to give.
+    expect((await checkIntegrity(t.db)).warnings).toContainEqual(
+      'disabled subscription young-rows holds 5 pending events; they pin pruning: enable or delete it',
     )
 
     // A second run finds nothing more; the counter does not move.
-    expect(await prune(t.db, { retention: '30d', logger })).toEqual({
+    expect(await prune(t.db, { retention: '30d', disabledRetention: '7d', logger })).toEqual({
       removed: 0,
       dropped: 0,
       caughtUp: true,
     })
     expect((await getSubscription(t.db, gone))?.dropped).toBe(5)
+    expect(await listAudit(t.db)).toHaveLength(1)
+  })
+
+  it('keeps everything by default: a prune with only a retention drops nothing a disabled subscription holds, even one a single 410 disabled', async () => {
+    const sink = await stored.sink(() => ({ status: 410 }))
+    const gone = await subscribe('answered-410', sink.url)
+    const paused = await subscribe('paused-by-hand')
+    await publish('g', 3)
+    await disableSubscription(t.db, paused)
+    // The relay meets the 410 and disables the subscription itself, with reason 'gone'.
+    await stored.relay().runOnce()
+    expect(await getSubscription(t.db, gone)).toMatchObject({ state: 'disabled', disabledReason: 'gone' })
+    for (const id of [gone, paused]) {
+      await disabledDaysAgo(id, 30)
+      await enqueuedDaysAgo(id, 'g', 30)
+    }
+
+    const logger = captureLogger()
+    // The README's own cron line.
+    expect(await prune(t.db, { retention: '7d', logger })).toEqual({ removed: 0, dropped: 0, caughtUp: true })
+    expect(await prune(t.db, { retention: '7d', disabledRetention: false, logger })).toEqual({
+      removed: 0,
+      dropped: 0,
+      caughtUp: true,
+    })
+    for (const id of [gone, paused]) {
+      expect((await rowsOf(id, 'g')).map(([, status]) => status)).toEqual(['pending', 'pending', 'pending'])
+      expect((await getSubscription(t.db, id))?.dropped).toBe(0)
+    }
+    expect(logger.warnings).toEqual([])
+    expect(await listAudit(t.db)).toEqual([])
+    // What stats says of it by default: kept, with no date it goes from.
+    const warning = (await stats(t.db)).warnings.find((text) => text.includes('answered-410'))
+    expect(warning).toBe(
+      'disabled subscription answered-410 holds 3 pending events; they pin pruning: enable or delete it',
+    )
+    await expectLanesLive(t.db)
   })
 
   it('drops a prefix of each lane (created_at need not grow with the sequence), and enabling delivers the tail in order', async () => {
@@ -193,7 +247,7 @@ describe('prune({ disabledRetention })', () => {
       WHERE subscription_id = ${id}::uuid AND aggregate_id = 'q'`.execute(t.db)
     await expectLanesLive(t.db)
 
-    const result = await prune(t.db, { retention: '30d', logger: captureLogger() })
+    const result = await prune(t.db, { retention: '30d', disabledRetention: '7d', logger: captureLogger() })
     expect(result).toEqual({ removed: 0, dropped: 5, caughtUp: true })
     expect(await rowsOf(id, 'p')).toEqual([
       [5, 'pending'],
@@ -241,7 +295,12 @@ describe('prune({ disabledRetention })', () => {
       WHERE subscription_id = ${id}::uuid AND aggregate_id = 'b'`.execute(t.db)
     await expectLanesLive(t.db)
 
-    const result = await prune(t.db, { retention: '30d', deadLetterRetention: '1d', logger: captureLogger() })
+    const result = await prune(t.db, {
+      retention: '30d',
+      disabledRetention: '7d',
+      deadLetterRetention: '1d',
+      logger: captureLogger(),
+    })
     expect(result).toEqual({ removed: 0, dropped: 3, caughtUp: true })
     expect(await rowsOf(id, 'b')).toEqual([[1, 'dead']])
     expect(await laneOf(id, 'b')).toMatchObject({ blocked_reason: 'exhausted' })
@@ -268,7 +327,7 @@ describe('prune({ disabledRetention })', () => {
       WHERE subscription_id = ${id}::uuid AND aggregate_id = 'l'`.execute(t.db)
 
     const logger = captureLogger()
-    const first = await prune(t.db, { retention: '30d', logger })
+    const first = await prune(t.db, { retention: '30d', disabledRetention: '7d', logger })
     expect(first).toEqual({ removed: 0, dropped: 2, caughtUp: false })
     expect(await rowsOf(id, 'l')).toHaveLength(2)
     expect(await rowsOf(id, 'm')).toEqual([])
@@ -277,7 +336,7 @@ describe('prune({ disabledRetention })', () => {
 
     await sql`UPDATE outbox_lane SET leased_until = now() - interval '1 second'
       WHERE subscription_id = ${id}::uuid AND aggregate_id = 'l'`.execute(t.db)
-    expect(await prune(t.db, { retention: '30d', logger })).toEqual({
+    expect(await prune(t.db, { retention: '30d', disabledRetention: '7d', logger })).toEqual({
       removed: 0,
       dropped: 2,
       caughtUp: true,
@@ -307,7 +366,7 @@ describe('prune({ disabledRetention })', () => {
         eventType: 'order.updated',
         payload: {},
       })
-      const first = await prune(t.db, { retention: '30d', logger: captureLogger() })
+      const first = await prune(t.db, { retention: '30d', disabledRetention: '7d', logger: captureLogger() })
       expect(first).toEqual({ removed: 0, dropped: 1, caughtUp: false })
       expect(await rowsOf(id, 'k')).toEqual([])
     } finally {
@@ -319,11 +378,13 @@ describe('prune({ disabledRetention })', () => {
       [3, 'pending'],
     ])
     // The next run cuts h's old prefix; the event that was held open is young and stays, as the lane's tail.
-    expect(await prune(t.db, { retention: '30d', logger: captureLogger() })).toEqual({
-      removed: 0,
-      dropped: 2,
-      caughtUp: true,
-    })
+    expect(await prune(t.db, { retention: '30d', disabledRetention: '7d', logger: captureLogger() })).toEqual(
+      {
+        removed: 0,
+        dropped: 2,
+        caughtUp: true,
+      },
+    )
     expect(await rowsOf(id, 'h')).toEqual([[3, 'pending']])
     await expectLanesLive(t.db)
   })
@@ -338,7 +399,11 @@ describe('prune({ disabledRetention })', () => {
     const holder = t.connect({ max: 1 })
     const lock = await holder.startTransaction().execute()
     await sql`SELECT 1 FROM outbox_subscription WHERE id = ${id}::uuid FOR NO KEY UPDATE`.execute(lock)
-    const pruning = prune(t.connect({ max: 1 }), { retention: '30d', logger: captureLogger() })
+    const pruning = prune(t.connect({ max: 1 }), {
+      retention: '30d',
+      disabledRetention: '7d',
+      logger: captureLogger(),
+    })
     await waitForLockWaiters(t.db)
     await lock.commit().execute()
     expect(await pruning).toEqual({ removed: 0, dropped: 3, caughtUp: true })
@@ -359,7 +424,11 @@ describe('prune({ disabledRetention })', () => {
     await sql`LOCK TABLE outbox_counter IN SHARE MODE`.execute(enabling)
     await sql`UPDATE outbox_subscription SET state = 'enabled', disabled_reason = NULL, disabled_at = NULL,
       updated_at = now() WHERE id = ${id}::uuid`.execute(enabling)
-    const pruning = prune(t.connect({ max: 1 }), { retention: '30d', logger: captureLogger() })
+    const pruning = prune(t.connect({ max: 1 }), {
+      retention: '30d',
+      disabledRetention: '7d',
+      logger: captureLogger(),
+    })
     await waitForLockWaiters(t.db)
     await enabling.commit().execute()
     expect(await pruning).toEqual({ removed: 0, dropped: 0, caughtUp: true })
@@ -383,6 +452,7 @@ describe('prune({ disabledRetention })', () => {
     }
     const first = await prune(t.db, {
       retention: '30d',
+      disabledRetention: '7d',
       batchSize: 2,
       maxBatches: 2,
       onBatch,
@@ -391,7 +461,13 @@ describe('prune({ disabledRetention })', () => {
     expect(first).toEqual({ removed: 0, dropped: 4, caughtUp: false })
     expect(await rowsOf(id, 'x')).toEqual([[5, 'pending']])
     await expectLanesLive(t.db)
-    const second = await prune(t.db, { retention: '30d', batchSize: 2, onBatch, logger: captureLogger() })
+    const second = await prune(t.db, {
+      retention: '30d',
+      disabledRetention: '7d',
+      batchSize: 2,
+      onBatch,
+      logger: captureLogger(),
+    })
     expect(second).toEqual({ removed: 0, dropped: 4, caughtUp: true })
     expect(batches).toEqual([2, 2, 2, 2])
     expect(await rowsOf(id, 'x')).toEqual([])
@@ -413,16 +489,16 @@ describe('prune({ disabledRetention })', () => {
 })
 
 describe('outbox prune --disabled-retention', () => {
-  it('drops past the given retention, says so on stderr, reports it in --json; off keeps everything', async () => {
+  it('keeps everything without the flag or with off; drops past the given retention, audited under --actor, said on stderr', async () => {
     buildCli()
     const id = await subscribe('cli')
     await publish('c', 2)
     await disableSubscription(t.db, id)
-    await disabledDaysAgo(id, 3)
-    await enqueuedDaysAgo(id, 'c', 3)
+    await disabledDaysAgo(id, 10)
+    await enqueuedDaysAgo(id, 'c', 10)
     const env = cliEnv({ DATABASE_URL: t.url })
 
-    // The default (7d) and 'off' keep them.
+    // Without the flag, and with 'off', they are kept, however long they were held.
     const kept = await runCli(['prune', '--retention', '30d', '--json'], env)
     expect(kept.code, kept.stderr).toBe(0)
     expect(JSON.parse(kept.stdout)).toMatchObject({ removed: 0, dropped: 0, caughtUp: true })
@@ -430,7 +506,10 @@ describe('outbox prune --disabled-retention', () => {
     expect(off.code, off.stderr).toBe(0)
     expect(await rowsOf(id, 'c')).toHaveLength(2)
 
-    const dropped = await runCli(['prune', '--retention', '30d', '--disabled-retention', '2d'], env)
+    const dropped = await runCli(
+      ['prune', '--retention', '30d', '--disabled-retention', '2d', '--actor', 'ops-cron'],
+      env,
+    )
     expect(dropped.code, dropped.stderr).toBe(0)
     expect(dropped.stdout).toBe(
       'deleted 0 rows (0 sent, 0 dead letters); dropped 2 pending deliveries of disabled subscriptions past the disabled retention; caught up\n',
@@ -442,6 +521,14 @@ describe('outbox prune --disabled-retention', () => {
       /WARN +dropped 2 pending deliveries of disabled subscription cli.* subscription=cli/,
     )
     expect(await rowsOf(id, 'c')).toEqual([])
+    expect(await listAudit(t.db)).toEqual([
+      expect.objectContaining({
+        actor: 'ops-cron',
+        action: 'subscription.drop-pending',
+        target: { subscriptionId: id, subscriptionName: 'cli', disabledRetentionMs: 2 * 86_400_000 },
+        result: { dropped: 2, lanes: 1, skippedLanes: 0 },
+      }),
+    ])
 
     const bad = await runCli(['prune', '--retention', '30d', '--disabled-retention', 'soon'], env)
     expect(bad.code).toBe(2)

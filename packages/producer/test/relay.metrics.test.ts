@@ -4,10 +4,23 @@ import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { Registry } from 'prom-client'
 import { describe, expect, it } from 'vitest'
-import { Relay, silentLogger, stats } from '../src/index.js'
+import { disableSubscription, Relay, silentLogger, stats } from '../src/index.js'
 import { metricValue, seedEvents, storeSubscriptions, waitFor } from './support.js'
 
 const t = useTestDatabase()
+
+/**
+ * A relay whose metrics read the outbox while it delivers nothing: it serves the implicit subscription alone (on an
+ * address nothing listens on), which these tests keep disabled and empty.
+ */
+function quietRelay(register: Registry, subscriptionLabels?: { max: number }): Relay {
+  return new Relay({
+    db: t.db,
+    endpoint: 'http://127.0.0.1:9/nothing',
+    metrics: { register, ...(subscriptionLabels ? { subscriptionLabels } : {}) },
+    logger: silentLogger,
+  })
+}
 
 describe('Prometheus metrics', () => {
   it('a metrics endpoint exposes delivery counters, the latency histogram and gauges with the right values', async () => {
@@ -241,6 +254,124 @@ describe('Prometheus metrics', () => {
     expect(metricValue(text, 'outbox_lane_takeovers_total', '{subscription="default",charged="true"}')).toBe(
       1,
     )
+  })
+
+  it('counts a 410 auto-disable by reason, and reports disabled subscriptions by reason from PostgreSQL after a restart', async () => {
+    const gone = await startSink(() => ({ status: 410 }))
+    const ids = await storeSubscriptions(t.db, {
+      'ad-gone': { url: gone.url },
+      'ad-paused': { url: 'http://127.0.0.1:9/ad-paused' },
+    })
+    try {
+      await disableSubscription(t.db, ids['ad-paused']!, { reason: 'customer asked; ticket 4711' })
+      await seedEvents(t.db, ['ad-1'], 2)
+      const register = new Registry()
+      const relay = new Relay({
+        db: t.db,
+        allowPrivateNetworks: true,
+        metrics: { register },
+        logger: silentLogger,
+      })
+      await relay.runOnce()
+      await relay.stop()
+      const text = await register.metrics()
+      expect(metricValue(text, 'outbox_subscription_auto_disables_total', '{reason="gone"}')).toBe(1)
+      expect(metricValue(text, 'outbox_disabled_subscriptions', '{reason="gone"}')).toBe(1)
+      // The operator's reason is free text: counted as "operator", never a label value.
+      expect(metricValue(text, 'outbox_disabled_subscriptions', '{reason="operator"}')).toBe(1)
+      expect(text).not.toContain('ticket 4711')
+
+      // A relay started afresh has counted nothing (the series is there at 0, so increase() sees the next one), and
+      // still reports what PostgreSQL holds.
+      const restarted = new Registry()
+      await quietRelay(restarted).runOnce()
+      const after = await restarted.metrics()
+      expect(metricValue(after, 'outbox_subscription_auto_disables_total', '{reason="gone"}')).toBe(0)
+      expect(metricValue(after, 'outbox_disabled_subscriptions', '{reason="gone"}')).toBe(1)
+    } finally {
+      await gone.close()
+      await sql`DELETE FROM outbox_subscription WHERE name LIKE 'ad-%'`.execute(t.db)
+      await sql`UPDATE outbox_subscription SET state = 'enabled' WHERE name = 'default'`.execute(t.db)
+    }
+  })
+
+  it('reports per-subscription gauges by subscription id (pending, oldest due age, in flight, breaker), capped like the other labels', async () => {
+    const ok = await startSink()
+    const failing = await startSink(() => ({ status: 500 }))
+    const ids = await storeSubscriptions(t.db, {
+      'tenant-ok': { url: ok.url },
+      'tenant-failing': { url: failing.url },
+    })
+    try {
+      await seedEvents(t.db, ['pg-1', 'pg-2'], 2)
+      const register = new Registry()
+      const relay = new Relay({
+        db: t.db,
+        allowPrivateNetworks: true,
+        retrySchedule: [3_600_000],
+        metrics: { register },
+        logger: silentLogger,
+      })
+      await relay.runOnce()
+      await relay.stop()
+      // tenant-ok: delivered, then three more events, enqueued 10 minutes ago and not yet sent, one lane of them
+      // under a live lease. tenant-failing: its heads wait an hour in backoff (nothing due), its breaker open.
+      await seedEvents(t.db, ['pg-3', 'pg-4', 'pg-5'], 1)
+      await sql`UPDATE outbox SET created_at = now() - interval '600 seconds'
+        WHERE subscription_id = ${ids['tenant-ok']}::uuid AND status = 'pending'`.execute(t.db)
+      await sql`UPDATE outbox_lane SET claim_token = gen_random_uuid(), leased_until = now() + interval '1 hour'
+        WHERE subscription_id = ${ids['tenant-ok']}::uuid AND aggregate_id = 'pg-3'`.execute(t.db)
+      await sql`DELETE FROM outbox WHERE subscription_id = ${ids['tenant-failing']}::uuid AND aggregate_id LIKE 'pg-_'
+        AND aggregate_id > 'pg-2'`.execute(t.db)
+      await sql`UPDATE outbox_subscription SET breaker_state = 'open', breaker_opened_at = now(),
+          probe_at = now() + interval '1 hour' WHERE id = ${ids['tenant-failing']}::uuid`.execute(t.db)
+
+      const text = await register.metrics()
+      const gauge = (name: string, id: string) => metricValue(text, name, `{subscription="${id}"}`)
+      const okId = ids['tenant-ok']!
+      const failingId = ids['tenant-failing']!
+      const snapshot = await stats(t.db)
+      const share = (id: string) => snapshot.subscriptions.find((sub) => sub.id === id)!
+      expect(share(okId)).toMatchObject({ pending: 3, inFlight: 1, breaker: 'closed' })
+      expect(share(failingId)).toMatchObject({
+        pending: 4,
+        inFlight: 0,
+        breaker: 'open',
+        oldestDueSeconds: 0,
+      })
+      expect(gauge('outbox_subscription_pending_events', okId)).toBe(3)
+      expect(gauge('outbox_subscription_pending_events', failingId)).toBe(4)
+      expect(gauge('outbox_subscription_in_flight_lanes', okId)).toBe(1)
+      expect(gauge('outbox_subscription_in_flight_lanes', failingId)).toBe(0)
+      expect(gauge('outbox_subscription_breaker_open', okId)).toBe(0)
+      expect(gauge('outbox_subscription_breaker_open', failingId)).toBe(1)
+      expect(gauge('outbox_subscription_oldest_due_seconds', okId)).toBeGreaterThanOrEqual(600)
+      expect(gauge('outbox_subscription_oldest_due_seconds', okId)).toBeLessThan(660)
+      // Pending, but every one in backoff: nothing due.
+      expect(gauge('outbox_subscription_oldest_due_seconds', failingId)).toBe(0)
+      // Ids, never names: a name may be a tenant's.
+      const perSubscription = text.split('\n').filter((line) => line.startsWith('outbox_subscription_'))
+      expect(perSubscription.join('\n')).not.toMatch(/tenant-/)
+
+      // Under a cap of one, the second subscription seen folds into "other" (sums; the oldest due age: the largest).
+      const capped = new Registry()
+      await quietRelay(capped, { max: 1 }).runOnce()
+      const cappedText = await capped.metrics()
+      const labels = [
+        ...cappedText.matchAll(/^outbox_subscription_pending_events\{subscription="([^"]+)"\} (\d+)/gm),
+      ].map((match) => [match[1], Number(match[2])])
+      expect(labels).toHaveLength(2)
+      expect(labels.map(([label]) => label)).toContain('other')
+      expect(labels.reduce((sum, [, value]) => sum + (value as number), 0)).toBe(
+        snapshot.subscriptions.reduce((sum, sub) => sum + sub.pending, 0),
+      )
+    } finally {
+      await ok.close()
+      await failing.close()
+      await sql`DELETE FROM outbox_subscription WHERE name LIKE 'tenant-%'`.execute(t.db)
+      await sql`DELETE FROM outbox WHERE aggregate_id LIKE 'pg-%'`.execute(t.db)
+      await sql`UPDATE outbox_subscription SET state = 'enabled' WHERE name = 'default'`.execute(t.db)
+    }
   })
 
   it('refuses a metrics option without a registry', () => {

@@ -1,4 +1,10 @@
-import type { DeliveryAttempt, OutboxStats, Subscription, SubscriptionStats } from '@outbox/producer'
+import {
+  type DeliveryAttempt,
+  isAutoDisableReason,
+  type OutboxStats,
+  type Subscription,
+  type SubscriptionStats,
+} from '@outbox/producer'
 import { html, type SafeHtml } from '../html.js'
 import { formatTime, layout, link, type PageContext } from './layout.js'
 
@@ -36,11 +42,48 @@ function breaker(share: SubscriptionStats, subscription: Subscription | undefine
   }`
 }
 
+/** What each reason a relay disables a subscription for means, for the operator reading the overview. */
+const AUTO_DISABLE_TEXT: Readonly<Record<string, string>> = {
+  gone: 'gone: its endpoint answered 410 Gone',
+}
+
+/**
+ * The subscriptions a relay disabled by itself (a `410 Gone`), with why and since when: nothing else tells an
+ * operator, and their events wait (prune keeps them unless run with a disabled retention) until someone enables or
+ * deletes them.
+ */
+function autoDisabled(data: OverviewData): SafeHtml | string {
+  const shares = data.stats.subscriptions.filter(
+    (share) => share.state === 'disabled' && isAutoDisableReason(share.disabledReason),
+  )
+  if (shares.length === 0) return ''
+  const byId = new Map(data.subscriptions.map((subscription) => [subscription.id, subscription]))
+  return html`<section class="auto-disabled">
+<h2>Disabled automatically</h2>
+<table class="subscriptions auto-disabled">
+<thead><tr><th>Subscription</th><th>Endpoint</th><th>Reason</th><th>Since</th><th>Pending</th></tr></thead>
+<tbody>${shares.map(
+    (share) => html`<tr data-subscription="${share.id}">
+<td>${share.name ?? share.id}</td>
+<td>${urlHost(byId.get(share.id)?.url ?? null)}</td>
+<td data-reason="${share.disabledReason ?? ''}">${AUTO_DISABLE_TEXT[share.disabledReason ?? ''] ?? share.disabledReason}</td>
+<td>${formatTime(share.disabledAt)}</td>
+<td class="num">${share.pending}</td>
+</tr>`,
+  )}</tbody>
+</table>
+<p class="muted">Their events are kept. Enable a subscription once its endpoint is back (<code>outbox subscriptions enable</code>), or delete it.</p>
+</section>`
+}
+
 function count(ctx: PageContext, value: number, path: string, query: Record<string, string>): SafeHtml {
   return value === 0 ? html`0` : link(ctx, path, String(value), query)
 }
 
-/** `/`: every subscription's figures, the totals, the charts, and the ways into what needs fixing. */
+/**
+ * `/`: every subscription's figures, the totals, the charts, the subscriptions a relay disabled by itself (reason and
+ * since when), and the ways into what needs fixing.
+ */
 export function overviewPage(ctx: PageContext, data: OverviewData): string {
   const { stats } = data
   const byId = new Map(data.subscriptions.map((subscription) => [subscription.id, subscription]))
@@ -48,7 +91,7 @@ export function overviewPage(ctx: PageContext, data: OverviewData): string {
     const subscription = byId.get(share.id)
     const only = { subscription: share.id }
     return html`<tr>
-<td>${share.name ?? share.id}${share.state === 'disabled' ? html` <small class="muted">(disabled)</small>` : ''}</td>
+<td>${share.name ?? share.id}${share.state === 'disabled' ? html` <small class="muted">(disabled${isAutoDisableReason(share.disabledReason) ? `: ${share.disabledReason}` : ''})</small>` : ''}</td>
 <td>${urlHost(subscription?.url ?? null)}</td>
 <td class="num">${share.pending}</td>
 <td class="num">${share.inFlight}</td>
@@ -67,6 +110,7 @@ export function overviewPage(ctx: PageContext, data: OverviewData): string {
 <span class="figure">${link(ctx, '/lanes', html`<b data-figure="struggling">${stats.struggling}</b> struggling lanes`, { state: 'struggling' })}</span>
 <span class="figure">${link(ctx, '/dead-letters', html`<b data-figure="dead">${stats.dead}</b> dead letters`)}</span>
 </p>
+${autoDisabled(data)}
 ${stats.warnings.length > 0 ? html`<ul class="warnings">${stats.warnings.map((warning) => html`<li>${warning}</li>`)}</ul>` : ''}
 <table class="subscriptions">
 <thead><tr><th>Subscription</th><th>Endpoint</th><th>Pending</th><th>In flight</th><th>Struggling</th><th>Dead</th><th>Blocked</th><th>Breaker</th><th>Last failure</th></tr></thead>

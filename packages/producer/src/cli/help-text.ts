@@ -122,7 +122,8 @@ subscription that is down or slow never delays another. <subscription> is an id 
   show <subscription> [--json]        one subscription, with its backfill's progress
   update <subscription> [settings]    change its URL, filters or limits (--clear <setting> to unset one)
   disable <subscription> [--reason r] pause it: relays stop delivering; its events are kept (and pin pruning)
-                                      until outbox prune drops those held past --disabled-retention (7d)
+                                      until it is enabled or deleted, or outbox prune --disabled-retention
+                                      drops those held past it
   enable <subscription>               resume it, oldest events first
   delete <subscription> [--yes]       delete it with every event recorded for it
   rotate-secret <subscription> [--overlap 24h] [--secret whsec_…]
@@ -176,7 +177,7 @@ Options:
                          (one JSON object per line with --json, with a "time" field)
   --interval <duration>  time between refreshes with --watch, e.g. 500ms, 2s, 1m (default ${DEFAULT_WATCH_INTERVAL_MS / 1000}s)
   --disabled-retention <duration|off>
-                         the one outbox prune runs with, for the warning's date (default 7d)
+                         the one outbox prune runs with, if any, for the warning's date (default off)
 ${databaseOptions()}
 
 Examples:
@@ -190,10 +191,11 @@ Examples:
 Deletes sent events older than the retention in batches, oldest first, and dead letters past their own retention
 if --dead-letter-retention is given (otherwise dead letters are kept), and delivery log rows (outbox deliveries)
 past theirs if --delivery-log-retention is given (otherwise the log is kept, and grows). Sequence counters and
-lane rows are never deleted. Pending events are kept, except those a DISABLED subscription has held longer than
---disabled-retention (7d by default; off keeps them): prune drops the oldest of each of its lanes, so the lane keeps
-a contiguous tail, delivered in order once the subscription is enabled; it counts them on the subscription
-(outbox subscriptions show, outbox stats) and warns on stderr. A lane an enqueue, a relay or a redrive holds at
+lane rows are never deleted. Pending events are kept — a disabled subscription's too, unless you opt in with
+--disabled-retention: then prune drops what a DISABLED subscription has held longer than that, the oldest of each
+of its lanes, so the lane keeps a contiguous tail, delivered in order once the subscription is enabled; it counts
+them on the subscription (outbox subscriptions show, outbox stats), records each drop in the audit log (outbox
+audit, under --actor) and warns on stderr. A lane an enqueue, a relay or a redrive holds at
 that moment is left for the next run. Progress goes to stderr while it runs, the summary to stdout.
 
 Exits 0 when everything past retention is gone, and ${EXIT_PRUNE_NOT_CAUGHT_UP} when --max-batches stopped it first, or a
@@ -204,7 +206,9 @@ Options:
   --retention <duration>               keep sent events at least this long, e.g. 30d, 12h (required)
   --dead-letter-retention <duration>   also delete dead letters older than this (default: keep them)
   --delivery-log-retention <duration>  also delete delivery log rows older than this (default: keep them)
-  --disabled-retention <duration|off>  drop what a disabled subscription held longer than this (default 7d)
+  --disabled-retention <duration|off>  opt in: drop what a disabled subscription held longer than this
+                                       (default off: keep it until the subscription is enabled or deleted)
+  --actor <name>                       who drops, as the audit log records it (default: the OS user)
   --batch-size <n>                     rows per delete statement (default 5000)
   --max-batches <n>                    batch budget per status for this run (default 200)
   --pause-ms <ms>                      pause between batches, to leave room for live traffic (default 0)
@@ -400,7 +404,7 @@ Options:
                               if larger, or their leases are reported as too long
   --overdue-after <duration>  a due head no relay holds for longer than this is a finding (default 5m)
   --disabled-retention <duration|off>
-                              the one outbox prune runs with, for the warnings' dates (default 7d)
+                              the one outbox prune runs with, if any, for the warnings' dates (default off)
   --limit <n>                 most lanes listed per rule (default ${DEFAULT_DOCTOR_LIMIT})
   --actor <name>              with --repair: who repairs, as the audit log records it (default: the OS user)
 ${databaseOptions(26)}

@@ -94,8 +94,8 @@ export function durationFlag(value: string | undefined, flag: string): number | 
 }
 
 /**
- * `--disabled-retention`: a duration, or `off` (the library's `false`: a disabled subscription keeps its deliveries
- * until it is enabled or deleted); undefined when not given.
+ * `--disabled-retention`: a duration, or `off` (the library's `false`, as when the flag is not given: a disabled
+ * subscription keeps its deliveries until it is enabled or deleted); undefined when not given.
  */
 export function disabledRetentionFlag(value: string | undefined): number | false | undefined {
   return value?.trim() === 'off' ? false : durationFlag(value, 'disabled-retention')

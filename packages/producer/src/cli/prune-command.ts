@@ -1,4 +1,5 @@
 import { clearLine, cursorTo } from 'node:readline'
+import { cliActor } from './cli-actor.js'
 import { EXIT_PRUNE_NOT_CAUGHT_UP } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
@@ -24,12 +25,13 @@ const FLAGS = {
   'batch-size': { type: 'string' },
   'max-batches': { type: 'string' },
   'pause-ms': { type: 'string' },
+  actor: { type: 'string' },
   json: { type: 'boolean' },
 } as const
 
 /**
  * `outbox prune`: bounded, batched deletion of sent events (and optionally dead letters and the delivery log) past
- * retention, and drops of what disabled subscriptions held past the disabled retention.
+ * retention, and — only with `--disabled-retention` — drops of what disabled subscriptions held past it.
  */
 export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('prune', argv, FLAGS)
@@ -59,6 +61,7 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
           deadLetterRetention,
           deliveryLogRetention,
           disabledRetention,
+          actor: cliActor(values.actor),
           batchSize,
           maxBatches,
           pauseMs,

@@ -17,7 +17,11 @@ export interface SubscriptionStatsRow {
   lag_seconds: number | string | null
   /** Enqueue time of its oldest pending delivery. */
   oldest_pending_at: Date | null
+  /** Seconds since the enqueue of its oldest pending delivery that is due now (not waiting in a backoff or a park). */
+  oldest_due_seconds: number | string | null
   disabled_at: Date | null
+  /** Why it is disabled (`gone`: the relay disabled it on a 410; else the operator's reason). */
+  disabled_reason: string | null
   /** Deliveries the disabled retention dropped from it (migration 0013); '0' for an unknown subscription. */
   dropped_deliveries: string
   last_dropped_at: Date | null
@@ -33,8 +37,10 @@ export interface SubscriptionStatsRow {
  * agree with each other and the totals are the sums of the rows.
  *
  * One row per subscription id met in the outbox, the lanes or `outbox_subscription`. Each figure is one grouped
- * scan: pending rows read once through the partial pending index (lag, pending and struggling together, small
- * however many sent rows exist); `dead` from the partial dead index; lane figures from the lane table's partial
+ * scan: pending rows read once through the partial pending index (lag, oldest due, pending and struggling together,
+ * small however many sent rows exist; the oldest due row is an aggregate FILTER of that same scan, not a second one:
+ * a row waiting in a retry backoff or behind a park has its `available_at` in the future, so `available_at <= now()`
+ * is exactly "a relay could send it now"); `dead` from the partial dead index; lane figures from the lane table's partial
  * indexes (leased, blocked). `struggling` counts rows with three or more attempts: only a lane's head ever
  * accumulates attempts, so that is the number of struggling heads.
  */
@@ -51,7 +57,8 @@ export async function readStats(
   // aggregates the builder does not shape readably.
   const { rows } = await sql<SubscriptionStatsRow>`
     WITH pending AS (
-      SELECT o.subscription_id, min(o.created_at) AS oldest, count(*) AS pending,
+      SELECT o.subscription_id, min(o.created_at) AS oldest,
+             min(o.created_at) FILTER (WHERE o.available_at <= now()) AS oldest_due, count(*) AS pending,
              count(*) FILTER (WHERE o.attempts >= ${strugglingAttempts}) AS struggling
       FROM ${outbox} o WHERE o.status = 'pending'
       GROUP BY o.subscription_id
@@ -73,7 +80,8 @@ export async function readStats(
     SELECT ids.subscription_id, s.id IS NOT NULL AS known, s.name, s.state, s.tenant,
            CASE WHEN s.breaker_state = 'open' AND s.probe_token IS NOT NULL AND s.probe_at > now() THEN 'probing'
                 ELSE s.breaker_state END AS breaker,
-           extract(epoch FROM now() - p.oldest) AS lag_seconds, p.oldest AS oldest_pending_at, s.disabled_at,
+           extract(epoch FROM now() - p.oldest) AS lag_seconds, p.oldest AS oldest_pending_at,
+           extract(epoch FROM now() - p.oldest_due) AS oldest_due_seconds, s.disabled_at, s.disabled_reason,
            coalesce(s.dropped_deliveries, 0) AS dropped_deliveries, s.last_dropped_at,
            coalesce(p.pending, 0) AS pending, coalesce(p.struggling, 0) AS struggling,
            coalesce(d.dead, 0) AS dead, coalesce(f.in_flight, 0) AS in_flight, coalesce(b.blocked, 0) AS blocked
