@@ -43,7 +43,12 @@ const MAX_PARSED_URLS = 1024
 /** The longest slice of an answer's body kept: as `last_error` of a failure, and in the delivery log. */
 export const MAX_ANSWER_EXCERPT = 500
 
-/** What every agent of a sender shares: one request in flight per connection, sockets kept 30 s. */
+/**
+ * What every agent of a sender shares: one request in flight per connection, sockets kept 30 s, and no cap on
+ * connections per host. The relay's slot rule bounds its requests in flight; a cap here (it was `concurrency` per
+ * host) would queue a subscription's first request, which the rule lets start beside every shared slot taken, behind
+ * other subscriptions' unanswered requests to the same host — a hanging endpoint would stall its neighbours again.
+ */
 const AGENT_OPTIONS = { keepAliveTimeout: 30_000, pipelining: 1 } as const
 
 /**
@@ -58,7 +63,6 @@ const AGENT_OPTIONS = { keepAliveTimeout: 30_000, pipelining: 1 } as const
  */
 export class WebhookSender {
   readonly #agent: Agent
-  readonly #connections: number
   /** The pool of restricted targets, made at their first request; undefined until then. */
   #guardedAgent: Agent | undefined
   #guardedTransport: WebhookTransport | undefined
@@ -80,7 +84,6 @@ export class WebhookSender {
   constructor(options: {
     keys: readonly SigningKey[]
     timeoutMs: number
-    connections: number
     clock: Clock
     /** Told once, at the first request that goes out unsigned (no keys), so the relay can warn. */
     onUnsigned?: () => void
@@ -88,8 +91,7 @@ export class WebhookSender {
     this.#keys = options.keys
     this.#onUnsigned = options.keys.length === 0 ? options.onUnsigned : undefined
     this.#timeoutMs = options.timeoutMs
-    this.#connections = options.connections
-    this.#agent = new Agent({ connections: options.connections, ...AGENT_OPTIONS })
+    this.#agent = new Agent(AGENT_OPTIONS)
     this.#transport = {
       dispatcher: this.#agent,
       timeoutMs: options.timeoutMs,
@@ -170,7 +172,6 @@ export class WebhookSender {
   #guarded(): WebhookTransport {
     if (this.#guardedTransport === undefined) {
       this.#guardedAgent = new Agent({
-        connections: this.#connections,
         ...AGENT_OPTIONS,
         // net.connect calls this for every DNS name (never for an IP literal: send checks those).
         connect: { lookup: guardedLookup },

@@ -205,7 +205,6 @@ export class Relay {
     this.#sender = new WebhookSender({
       keys: this.#options.signingKeys,
       timeoutMs: this.#options.requestTimeoutMs,
-      connections: this.#options.concurrency,
       clock: this.#runtime.clock,
       onUnsigned: () => this.#options.logger.warn({ signed: false }, UNSIGNED_WARNING),
     })

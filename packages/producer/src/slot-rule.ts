@@ -178,9 +178,11 @@ export function claimRooms(picture: SlotPicture, capacity: number): { id: string
   let busyHealthy = 0
   let healthy = 0
   let failingHeld = 0
+  let failingCount = 0
   let failingBusy = false
   for (const sub of subscriptions) {
     if (sub.failing) {
+      failingCount += 1
       failingHeld += sub.held
       if (sub.busy) failingBusy = true
     } else {
@@ -189,10 +191,12 @@ export function claimRooms(picture: SlotPicture, capacity: number): { id: string
     }
   }
   const failingLimit = Math.ceil((capacity * failingQuota(concurrency)) / concurrency)
+  // Each failing subscription's part of that: an even split (at least one lane), so the first does not take it all.
+  const failingEach = Math.max(1, Math.ceil(failingLimit / Math.max(1, failingCount)))
   let failingLeft = Math.max(0, failingLimit - failingHeld)
   return subscriptions.map((sub) => {
     if (sub.failing) {
-      const room = Math.max(0, Math.min(failingLeft, failingQuota(concurrency) - sub.held))
+      const room = Math.max(0, Math.min(failingLeft, failingEach - sub.held))
       failingLeft -= room
       return { id: sub.id, room }
     }
