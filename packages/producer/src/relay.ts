@@ -721,10 +721,13 @@ export class Relay {
         lastHeldAt,
       }
     })
-    if (subscriptions.some((sub) => sub.failing)) {
-      subscriptions.sort((a, b) => (a.failing && b.failing ? a.lastHeldAt - b.lastHeldAt : 0))
+    const failing = subscriptions.filter((sub) => sub.failing)
+    if (failing.length === 0) return { concurrency: this.#options.concurrency, subscriptions }
+    failing.sort((a, b) => (a.lastHeldAt === b.lastHeldAt ? 0 : a.lastHeldAt < b.lastHeldAt ? -1 : 1))
+    return {
+      concurrency: this.#options.concurrency,
+      subscriptions: [...subscriptions.filter((sub) => !sub.failing), ...failing],
     }
-    return { concurrency: this.#options.concurrency, subscriptions }
   }
 
   /**
