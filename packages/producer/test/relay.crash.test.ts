@@ -37,8 +37,8 @@ async function marksLanded(answered: ReadonlyMap<string, number>): Promise<void>
  *
  * The kill waits until the 2xx answers given before the poison are recorded as sent. Marks are written just after
  * the answer, so a relay killed at once may die before an innocent lane it finished is recorded; the next owner
- * then sees a request started and never recorded, and charges it an attempt (the documented crash window, tested
- * on its own above). These tests are about what the poison's takeovers charge, so they leave that window out.
+ * then sees a request started and never recorded, and charges it provisionally (relay.crash-loop.test.ts kills at
+ * once). These tests count exactly what the poison's own takeovers charge, so they leave that window out.
  */
 async function superviseThroughPoison(
   isPoison: (request: SinkRequest) => boolean,
