@@ -115,6 +115,11 @@ const crashes = fc
   .nat(2)
   .map((relay) => command(`crash(r${relay})`, (system) => system.crash(relay % system.config.relays.length)))
 
+/** A crash with its marks unflushed: a 2xx reaches the relay, which dies before it can record it. */
+const answerCrashes = fc
+  .nat(4)
+  .map((pick) => command(`answerThenCrash(${pick})`, (system) => system.answerThenCrash(pick)))
+
 const stops = fc
   .nat(2)
   .map((relay) => command(`stop(r${relay})`, (system) => system.stop(relay % system.config.relays.length)))
@@ -225,6 +230,7 @@ export const laneCommands: fc.Arbitrary<Command>[] = [
   ...times(8, subscriberAnswers),
   ...times(4, advances),
   crashes,
+  answerCrashes,
   stops,
   ...times(2, redrives),
   ...times(2, prunes),

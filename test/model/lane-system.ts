@@ -160,6 +160,11 @@ interface EventRecord {
   crashesOpen: number
   /** Model time of its first failure since its last redrive. */
   firstFailureAt?: number
+  /**
+   * What last counted against it: a failed request, a crash while its request was open beside others, or a crash
+   * while its request was the only one its relay had open (the only crash that proves it killed the relay).
+   */
+  lastCause?: 'failed' | 'crash' | 'crash alone'
   /** It was dead-lettered at least once (its redrive may then be answered stale_ignored: the one exception). */
   everDead: boolean
   /** Model time it was dead-lettered, while it is a dead letter (a committed redrive clears it). */
@@ -247,6 +252,8 @@ export class LaneSystem {
   readonly #barriers = new Set<Promise<void>>()
   /** Set while a crash or stop command runs: a stored subscription's request cut meanwhile was cut by it. */
   #ending: 'crash' | 'stop' | undefined
+  /** The deliveries whose requests the crash command now running cut. */
+  #cutByCrash: EventRecord[] = []
   readonly #sink: ModelSink
   /** The writers' own pool (enqueues, redrives), so open transactions never starve the model's checks. */
   readonly #writers: ModelPool
@@ -361,8 +368,23 @@ export class LaneSystem {
     slot.hooks.crash()
     await this.settle()
     this.#ending = undefined
+    const cut = this.#cutByCrash.splice(0)
+    for (const record of cut) record.lastCause = cut.length === 1 ? 'crash alone' : 'crash'
     await slot.pool.end()
     await this.#startRelay(index)
+  }
+
+  /**
+   * Answers a request of the implicit subscription 2xx (the real `dedupe` applies it) and kills the relay that sent
+   * it at once, without letting it settle: its mark is usually still in its buffer, so the 2xx is lost with it. That
+   * delivery must never count against the event.
+   */
+  async answerThenCrash(pick: number): Promise<void> {
+    const held = this.#sink.held.filter((request) => request.relay >= 0)
+    if (held.length === 0) return
+    const request = held[pick % held.length]!
+    await request.answer('ok')
+    await this.crash(request.relay)
   }
 
   /** Stops a relay gracefully (requests in flight are cut at once: not attempts) and starts a new one. */
@@ -400,6 +422,7 @@ export class LaneSystem {
     const ending = request.relay >= 0 ? this.#slots[request.relay]?.ending : this.#ending
     if (!record || ending === 'stop') return
     if (ending === 'crash') {
+      this.#cutByCrash.push(record)
       record.crashesOpen += 1
       record.firstFailureAt ??= this.timeMs
     } else {
@@ -408,6 +431,7 @@ export class LaneSystem {
   }
 
   #failure(record: EventRecord): void {
+    record.lastCause = 'failed'
     record.failed += 1
     record.firstFailureAt ??= this.timeMs
   }
@@ -433,6 +457,13 @@ export class LaneSystem {
     for (const { record, atMs } of this.#deadToJudge.splice(0)) {
       const own = record.failed + record.crashesOpen
       const failingMs = record.firstFailureAt === undefined ? 0 : atMs - record.firstFailureAt
+      // Takeovers charge every request a dead relay had started; only one it had started alone proves anything.
+      if (record.lastCause !== 'failed' && record.lastCause !== 'crash alone') {
+        this.violations.push(
+          `${record.subscription} ${record.aggregateId}/${record.sequence} dead-lettered for a crash it did not cause: ` +
+            `last counted ${record.lastCause ?? 'nothing'} (${record.failed} failed requests, ${record.crashesOpen} crashes while its request was open)`,
+        )
+      }
       if (own < this.maxAttempts || failingMs < this.horizonMs) {
         this.violations.push(
           `${record.subscription} ${record.aggregateId}/${record.sequence} dead-lettered early: ${record.failed} failed requests and ` +
@@ -567,6 +598,7 @@ export class LaneSystem {
         if (!record) continue
         record.failed = 0
         record.crashesOpen = 0
+        record.lastCause = undefined
         record.firstFailureAt = undefined
         record.deadSince = undefined
       }

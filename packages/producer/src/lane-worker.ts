@@ -19,6 +19,7 @@ import { type FailureHealth, settleProbe } from './sql/endpoint-health.js'
 import type { FailedAttempt } from './sql/failed-attempt.js'
 import { markStarted } from './sql/mark-started.js'
 import { parkLane } from './sql/park-lane.js'
+import { readTakeoverCharge } from './sql/read-takeover-charge.js'
 import { scheduleRetry } from './sql/schedule-retry.js'
 import { selectLaneEvents } from './sql/select-lane-events.js'
 import { disableGoneSubscription } from './sql/subscription-store.js'
@@ -55,6 +56,14 @@ export interface LaneContext {
   readonly holdBytes: (bytes: number) => void
   /** Gives bytes counted by {@link LaneContext.holdBytes} back, once the lane that read them is done with them. */
   readonly freeBytes: (bytes: number) => void
+  /**
+   * Makes the relay start nothing else and waits until its other lanes have handed back and every mark and release
+   * is written, so that `lane`'s next request goes alone. Resolves to the function that ends the isolation, or to
+   * undefined when the relay is stopping or already isolating another lane (then hand `lane` back unstarted).
+   */
+  readonly isolate: (lane: ClaimedLane) => Promise<(() => void) | undefined>
+  /** True while another lane than this one is being isolated: hand the lane back before its next request. */
+  readonly heldBack: (lane: ClaimedLane) => boolean
   /** Logs a failure the relay retries by itself and emits it as `relay:error`. */
   readonly reportError: (error: unknown, during: RelayEventMap['relay:error']['during']) => void
 }
@@ -134,9 +143,11 @@ export function reportTakeover(ctx: LaneContext, lane: ClaimedLane): void {
  * them, so the lane is free again only once its marks are written — but the caller's slot is free at once.
  *
  * Takeovers: a lane whose previous claim expired while a request of its head was under way (`charged`) first
- * settles that request as a failed attempt — retried on the schedule or dead-lettered, like any other failure, so
- * an event that kills every relay sending it cannot freeze its lane. A watched lane records its claim before the
- * first request, which is what lets the next takeover tell a started lane from one only claimed.
+ * settles that request. If the dead claim had sent it alone, it is a failed attempt like any other (retried on the
+ * schedule or dead-lettered), so an event that kills every relay sending it cannot freeze its lane. Otherwise the
+ * charge is provisional: it never dead-letters the head, but once such charges bring it to its attempts the head is
+ * suspect and is sent alone from then on. A watched lane records its claim before the first request, which is what
+ * lets the next takeover tell a started lane from one only claimed.
  */
 export async function deliverLane(ctx: LaneContext, lane: ClaimedLane): Promise<LaneResult> {
   try {
@@ -157,11 +168,15 @@ async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<Lane
     return NOTHING
   }
   if (lane.charged) {
+    const charge = await readTakeoverCharge(ctx.options, { claimToken: lane.claimToken, headId: head.id })
+    // The claim is no longer ours: the next owner settles the charge.
+    if (!charge) return NOTHING
     const attemptedAt = new Date()
     const failure: FailedAttempt = {
       claimToken: lane.claimToken,
       id: head.id,
-      attempts: head.attempts + 1,
+      // Only a charge proven by a request started alone is an attempt; any other is provisional (see below).
+      attempts: head.attempts + (charge.startedAlone ? 1 : 0),
       httpStatus: null,
       error: TAKEOVER_ERROR,
       attemptedAt,
@@ -178,11 +193,20 @@ async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<Lane
             }),
           }),
     }
-    return await settleFailure(ctx, target, lane, head, failure, lane.readAt, undefined)
+    if (charge.startedAlone)
+      return await settleFailure(ctx, target, lane, head, failure, lane.readAt, undefined)
+    return await settleProvisionalCharge(ctx, target, lane, head, failure, charge.takeoverCharges + 1)
   }
-  if (lane.watchStarts && !(await markStarted(ctx.options, { claimToken: lane.claimToken }))) {
+  if (lane.watchStarts) {
+    const started = await markStarted(ctx.options, {
+      claimToken: lane.claimToken,
+      headId: head.id,
+      alone: false,
+      leaseMs: ctx.options.leaseMs,
+    })
+    if (started === 'suspect') return await deliverAlone(ctx, target, lane, head)
     // The claim is no longer ours (its lease ran out before we started): nothing to send, nothing to release.
-    return NOTHING
+    if (started === 'lost') return NOTHING
   }
   const { result, settled } = await deliverInOrder(ctx, target, lane)
   // A failure's outcome (retry, park, dead letter) has released the lane already. Otherwise the release is not
@@ -190,6 +214,110 @@ async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<Lane
   // the same statement as its marks, so the slot can take the next lane now instead of waiting for that write.
   if (!settled) ctx.marks.release({ claimToken: lane.claimToken, delivered: result.delivered > 0 })
   return result
+}
+
+/**
+ * Sends a suspect head alone: the relay first lets its other lanes hand back and writes every mark, then records
+ * the start as made alone (renewing the lease), sends the head, and writes its outcome — the 2xx mark and the
+ * release, or the failure — before the relay starts anything else. So if the relay dies meanwhile, the head was the
+ * only request it had started, and the next takeover's charge is a proven attempt; and an innocent head (a 2xx whose
+ * mark a crash lost, a request beside a poison one) is simply delivered.
+ *
+ * What this costs the relay's other lanes: they start no request from the moment the isolation begins until the
+ * head's outcome is written — the longest remaining request of the relay (at most its `requestTimeoutMs`), the
+ * head's own request (at most its subscription's `requestTimeoutMs`) and three writes (marks, start, outcome).
+ */
+async function deliverAlone(
+  ctx: LaneContext,
+  target: DeliveryTarget,
+  lane: ClaimedLane,
+  head: LaneEvent,
+): Promise<LaneResult> {
+  const log = {
+    subscription: target.name,
+    lane: `${lane.aggregateType}:${lane.aggregateId}`,
+    eventId: head.eventId,
+  }
+  const end = await ctx.isolate(lane)
+  if (!end) {
+    // Stopping, or another lane is being sent alone: handed back unstarted, so the next claim is free.
+    ctx.marks.release({ claimToken: lane.claimToken, delivered: false })
+    return NOTHING
+  }
+  try {
+    ctx.options.logger.warn(
+      log,
+      'suspect event (its takeover charges reached its attempts): sending it alone',
+    )
+    const claimedAt = ctx.runtime.clock.now()
+    const started = await markStarted(ctx.options, {
+      claimToken: lane.claimToken,
+      headId: head.id,
+      alone: true,
+      leaseMs: ctx.options.leaseMs,
+    })
+    if (started !== 'started') return NOTHING
+    // The start renewed the lease, counted from before it was sent; the slice starts again too.
+    const alone: ClaimedLane = { ...lane, claimedAt, deadline: claimedAt + ctx.options.leaseMs }
+    const step = await deliverRow(ctx, target, alone, head, lane.readAt, 0)
+    if ('settled' in step) return step.settled
+    const delivered = step.next === 'row'
+    ctx.marks.release({ claimToken: lane.claimToken, delivered })
+    await ctx.marks.flush()
+    return { ...NOTHING, delivered: delivered ? 1 : 0 }
+  } finally {
+    end()
+  }
+}
+
+/**
+ * Settles a takeover charge that proves nothing: the expired claim's request was under way beside others, or was
+ * answered and not yet marked, so nothing says this head killed the relay. The charge is recorded apart from the
+ * attempts and never dead-letters the head; once `attempts` and these charges together reach `maxAttempts`, the head
+ * is suspect and every further attempt of it is made alone ({@link deliverAlone}), where a crash proves it guilty.
+ * Retried on the schedule as the charges count, or at once when the schedule is used up.
+ */
+async function settleProvisionalCharge(
+  ctx: LaneContext,
+  target: DeliveryTarget,
+  lane: ClaimedLane,
+  head: LaneEvent,
+  failure: FailedAttempt,
+  charges: number,
+): Promise<LaneResult> {
+  const { options, events, runtime } = ctx
+  const counted = head.attempts + charges
+  const failingMs =
+    head.failingMs === null ? 0 : head.failingMs + Math.max(0, runtime.clock.now() - lane.readAt)
+  const decision = decideAfterFailure(
+    target.retrySchedule,
+    target.maxAttempts,
+    { attempts: counted, failingMs },
+    runtime.random,
+  )
+  const suspect = counted >= target.maxAttempts
+  const delayMs = decision.kind === 'retry' ? decision.delayMs : 0
+  await scheduleRetry(options, { failure, delayMs, provisional: { suspect } })
+  const log = {
+    subscription: target.name,
+    lane: `${lane.aggregateType}:${lane.aggregateId}`,
+    eventId: head.eventId,
+    sequence: head.sequence,
+  }
+  options.logger.info(
+    { ...log, attempts: failure.attempts, takeoverCharges: charges, suspect, retryInMs: delayMs },
+    suspect
+      ? 'takeover charged; the event is suspect: its next attempts are made alone'
+      : 'takeover charged provisionally; will retry',
+  )
+  events.emit('delivery:retry', {
+    ...refOf(target, lane, head),
+    attempts: failure.attempts,
+    httpStatus: null,
+    error: failure.error,
+    retryInMs: delayMs,
+  })
+  return { ...NOTHING, failed: 1 }
 }
 
 /** What delivering one row asks of its lane: go on, hand the lane back, or the lane was settled by a failure. */
@@ -248,6 +376,10 @@ async function deliverRow(
   const recording = lane.probe ? undefined : ctx.targets.recorded(lane.subscriptionId)
   if (recording) await recording
   if (ctx.stopping()) return { next: 'hand back' }
+  if (ctx.heldBack(lane)) {
+    options.logger.debug(log, 'another lane is being sent alone; handing the lane back')
+    return { next: 'hand back' }
+  }
   if (ctx.yieldSlot(lane.subscriptionId)) {
     options.logger.debug(log, 'slot wanted by another subscription; handing the lane back')
     return { next: 'hand back' }

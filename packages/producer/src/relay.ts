@@ -153,6 +153,10 @@ export class Relay {
   readonly #marks: MarkBuffer
   readonly #context: LaneContext
   readonly #active = new Set<Promise<LaneResult>>()
+  /** Every lane in delivery (through the claim loop or {@link Relay.runOnce}), by claim token: what an isolation waits for. */
+  readonly #delivering = new Map<string, Promise<LaneResult>>()
+  /** The claim token of the lane being sent alone (see {@link Relay.#isolate}); nothing else starts meanwhile. */
+  #isolating: string | undefined
   /** Lanes claimed ahead, waiting for a delivery slot (see {@link Relay.#run}). */
   #ready: ClaimedLane[] = []
   /** Payload bytes read and not yet delivered, across every lane held: bounded by `maxBufferedBytes`. */
@@ -250,6 +254,8 @@ export class Relay {
       abort: this.#abort.signal,
       bytesLeft: () => this.#options.maxBufferedBytes - this.#heldBytes,
       yieldSlot: (subscriptionId) => this.#yieldSlot(subscriptionId),
+      isolate: (lane) => this.#isolate(lane),
+      heldBack: (lane) => this.#isolating !== undefined && this.#isolating !== lane.claimToken,
       holdBytes: (bytes) => {
         this.#heldBytes += bytes
       },
@@ -777,7 +783,8 @@ export class Relay {
    * standing with nothing in flight always starts one.
    */
   #startReady(): void {
-    while (this.#state === 'running') {
+    // While a suspect is sent alone (see #isolate), nothing else starts.
+    while (this.#state === 'running' && this.#isolating === undefined) {
       const lane = this.#nextReady()
       if (!lane) return
       const work = this.#deliver(lane)
@@ -856,15 +863,67 @@ export class Relay {
     return result
   }
 
-  async #deliver(lane: ClaimedLane): Promise<LaneResult> {
+  #deliver(lane: ClaimedLane): Promise<LaneResult> {
+    const work = this.#deliverLane(lane)
+    this.#delivering.set(lane.claimToken, work)
+    return work
+  }
+
+  async #deliverLane(lane: ClaimedLane): Promise<LaneResult> {
     this.#count(this.#activeBySubscription, lane.subscriptionId, 1)
     try {
       return await deliverLane(this.#context, lane)
     } finally {
+      this.#delivering.delete(lane.claimToken)
       this.#heldBytes -= lane.heldBytes
       this.#count(this.#activeBySubscription, lane.subscriptionId, -1)
       this.#count(this.#held, lane.subscriptionId, -1)
     }
+  }
+
+  /**
+   * Isolates one lane's next request: nothing else starts (see {@link Relay.#startReady}), every other lane in
+   * delivery hands itself back (its request under way is cut: see below), and every
+   * mark and release they queued is written. Then, if this relay dies, that lane's request was the only one it had
+   * started, and the takeover that follows proves it (see `deliverAlone` in the lane worker). One lane at a time:
+   * a second suspect lane is handed back unstarted and claimed again later. Resolves to the function that ends the
+   * isolation, or undefined when one is under way already or the relay is stopping.
+   */
+  async #isolate(lane: ClaimedLane): Promise<(() => void) | undefined> {
+    // Not while stopping; a cycle run by hand (runOnce, state idle) isolates as the claim loop does.
+    if (this.#isolating !== undefined || this.#halted()) return undefined
+    this.#isolating = lane.claimToken
+    const end = () => {
+      if (this.#isolating !== lane.claimToken) return
+      this.#isolating = undefined
+      this.#startReady()
+      this.#requestWake()
+    }
+    try {
+      // Lanes that finish meanwhile start nothing; whatever else a lane does before it hands back (settling a
+      // failure, a flush) is awaited by its own delivery.
+      const others = [...this.#delivering].filter(([token]) => token !== lane.claimToken)
+      // Their requests under way are cut rather than awaited: so an isolation costs the other lanes at most the
+      // suspect's own request (one requestTimeoutMs) and a few writes, not a second timeout while a slow request
+      // ends. A cut request is no attempt (its lane is handed back as it is); one that reached its endpoint is sent
+      // again later, a duplicate its consumer absorbs. The suspect's request has not started: nothing else is cut.
+      this.#sender.abortAll()
+      await Promise.all(others.map(([, work]) => work))
+      await this.#marks.flush()
+    } catch (error) {
+      end()
+      throw error
+    }
+    if (this.#halted()) {
+      end()
+      return undefined
+    }
+    return end
+  }
+
+  /** Stopping, or crashed by the test hooks: nothing new may start. */
+  #halted(): boolean {
+    return this.#state === 'stopping' || this.#crashed
   }
 
   #reportError(error: unknown, during: RelayEventMap['relay:error']['during']): void {

@@ -42,6 +42,10 @@ export interface OutboxTable {
   payload_bytes: number | null
   /** The W3C trace context the event was enqueued under, as JSON; null without one (migration 0015). */
   trace_context: ColumnType<string | null, string | null | undefined, string | null>
+  /** Attempts charged at takeovers that proved nothing; never counted towards giving up (migration 0019). */
+  takeover_charges: ColumnType<number, number | undefined, number>
+  /** Every further attempt of the row is made alone in its relay, until it is sent or dead-lettered (migration 0019). */
+  suspect: ColumnType<boolean, boolean | undefined, boolean>
 }
 
 /** The per-aggregate sequence counter: enqueuers serialize on its row until commit. Never pruned. */
@@ -69,6 +73,8 @@ export interface OutboxLaneTable {
   watch_starts: ColumnType<boolean, boolean | undefined, boolean>
   /** The claim token under which a watched lane's request started; a takeover finding it charges the head. */
   started_token: string | null
+  /** The request recorded in `started_token` was started alone in its relay: a takeover then proves it (migration 0019). */
+  started_alone: ColumnType<boolean, boolean | undefined, boolean>
 }
 
 /** A webhook destination (migrations 0008, 0009, 0012, 0013 and 0014); read it through `listSubscriptions`. */

@@ -46,7 +46,7 @@ export async function deadLetterHead(
       RETURNING subscription_id, aggregate_type, aggregate_id
     )${health}${attemptLogCte(schema, failure.log, 'dead', failure.charged === true)}, head AS (
       UPDATE ${outbox} o
-      SET status = 'dead', dead_at = now(), attempts = ${failure.attempts}, last_status = ${failure.httpStatus},
+      SET status = 'dead', dead_at = now(), attempts = ${failure.attempts}, suspect = false, last_status = ${failure.httpStatus},
           last_error = ${failure.error}, last_attempt_at = ${failure.attemptedAt},
           first_failed_at = coalesce(o.first_failed_at, now())
       FROM released

@@ -103,7 +103,7 @@ export async function redriveDead(
       ORDER BY d.subscription_id, d.aggregate_type, d.aggregate_id, d.sequence DESC
     ), revived AS (
       UPDATE ${outbox} o
-      SET status = 'pending', attempts = 0, first_failed_at = NULL, available_at = now(), dead_at = NULL
+      SET status = 'pending', attempts = 0, takeover_charges = 0, suspect = false, first_failed_at = NULL, available_at = now(), dead_at = NULL
       FROM target t
       WHERE o.id = t.id
       RETURNING o.event_id, o.subscription_id

@@ -121,7 +121,7 @@ export async function replaySent(
       WHERE o.status = 'sent' AND o.created_at >= ${since} AND o.created_at < ${until}
     ), replayed AS (
       UPDATE ${outbox} o
-      SET status = 'pending', attempts = 0, first_failed_at = NULL, sent_at = NULL, last_attempt_at = NULL,
+      SET status = 'pending', attempts = 0, takeover_charges = 0, suspect = false, first_failed_at = NULL, sent_at = NULL, last_attempt_at = NULL,
           last_status = NULL, last_error = NULL, delivery_status = NULL,
           available_at = CASE
             WHEN t.blocked_reason = 'exhausted' AND t.sequence > t.blocker THEN 'infinity'::timestamptz

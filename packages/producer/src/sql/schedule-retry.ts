@@ -15,6 +15,8 @@ import type { SqlContext } from './sql-context.js'
  * and releases the lane — one statement, fenced by the claim token (a stale owner changes nothing). The head's
  * first failure time is kept (set by its first failed attempt), for the give-up horizon.
  *
+ * A provisional takeover charge (see `provisional`) is recorded apart from the attempts, which it never exhausts.
+ *
  * Any answer but a 409 ends a 409 park: the lane is in ordinary retries now, so it is no longer reported blocked,
  * and a later 409 starts its park delay afresh.
  *
@@ -24,10 +26,22 @@ import type { SqlContext } from './sql-context.js'
  */
 export async function scheduleRetry(
   ctx: SqlContext,
-  request: { readonly failure: FailedAttempt; readonly delayMs: number; readonly health?: FailureHealth },
+  request: {
+    readonly failure: FailedAttempt
+    readonly delayMs: number
+    readonly health?: FailureHealth
+    /**
+     * A takeover charge that proved nothing (migration 0019): counted in `takeover_charges`, not in `attempts` (give
+     * `failure.attempts` unchanged); `suspect` when the charges bring the head to its attempts, so that every further
+     * attempt of it is made alone (the lane is watched, so its next owner records the start and sees the flag).
+     */
+    readonly provisional?: { readonly suspect: boolean }
+  },
 ): Promise<{ readonly owned: boolean } & HealthOutcome> {
   const { db, schema } = ctx
   const { failure, delayMs } = request
+  const charges = request.provisional === undefined ? 0 : 1
+  const suspect = request.provisional?.suspect === true
   const outbox = sql.id(schema, 'outbox')
   const lane = sql.id(schema, 'outbox_lane')
   const health = request.health === undefined ? sql`` : failureHealthCte(schema, request.health)
@@ -39,12 +53,13 @@ export async function scheduleRetry(
       SET claim_token = NULL, leased_until = NULL,
           blocked_reason = CASE WHEN blocked_reason = 'conflict' THEN NULL ELSE blocked_reason END,
           blocked_at = CASE WHEN blocked_reason = 'conflict' THEN NULL ELSE blocked_at END,
-          conflict_count = 0
+          conflict_count = 0, watch_starts = watch_starts OR ${suspect}
       WHERE claim_token = ${failure.claimToken}
       RETURNING subscription_id, aggregate_type, aggregate_id
     )${health}${attemptLogCte(schema, failure.log, 'failed', failure.charged === true)}, head AS (
       UPDATE ${outbox} o
-      SET attempts = ${failure.attempts}, last_status = ${failure.httpStatus}, last_error = ${failure.error},
+      SET attempts = ${failure.attempts}, takeover_charges = o.takeover_charges + ${charges},
+          suspect = o.suspect OR ${suspect}, last_status = ${failure.httpStatus}, last_error = ${failure.error},
           last_attempt_at = ${failure.attemptedAt}, first_failed_at = coalesce(o.first_failed_at, now()),
           available_at = now() + ${delayMs} * interval '1 millisecond'
       FROM released
