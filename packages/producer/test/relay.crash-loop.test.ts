@@ -134,11 +134,10 @@ describe('a crash loop: one event kills every relay that sends it, the moment it
     })
   }
 
-  it.runIf(repeat > 1)(
-    'the runs met the window: innocent requests were lost or cut with their relay and sent again',
-    () => {
-      expect(runs).toHaveLength(repeat)
-      expect(runs.some((run) => run.innocentsResent > 0)).toBe(true)
-    },
-  )
+  // Every kill cuts the requests beside the poison and loses the marks buffered with it (the innocent event just
+  // before the poison, in its lane, every time): a run that resent no innocent event never met the window.
+  it('the runs met the window: innocent requests were lost or cut with their relay and sent again', () => {
+    expect(runs).toHaveLength(repeat)
+    expect(runs.some((run) => run.innocentsResent > 0)).toBe(true)
+  })
 })

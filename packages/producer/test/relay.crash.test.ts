@@ -80,7 +80,8 @@ async function superviseThroughPoison(
         return await done()
       },
       what,
-      40_000,
+      // Generous: each kill costs a process start and a lease, and a loaded machine stretches both.
+      150_000,
     )
     return kills
   } finally {
@@ -128,7 +129,7 @@ describe('relay crashes (real processes, SIGKILL)', () => {
   })
 
   it('an event that kills its relay every time is dead-lettered after maxAttempts takeovers proven alone; its lane moves on', {
-    timeout: 60_000,
+    timeout: 180_000,
   }, async () => {
     await seedEvents(t.db, ['poison'], 2)
     const kills = await superviseThroughPoison(

@@ -1,3 +1,4 @@
+import diagnostics from 'node:diagnostics_channel'
 import { type EndlessEndpoint, startEndlessEndpoint, useTestDatabase } from '@outbox/test-harness'
 import { describe, expect, it, type TestContext } from 'vitest'
 import { migrate, Relay, silentLogger } from '../src/index.js'
@@ -14,6 +15,25 @@ async function endpoint(
   const started = await startEndlessEndpoint(options)
   onTestFinished(() => started.close())
   return started
+}
+
+/**
+ * The answer bytes the relay's HTTP client read, per request, as undici hands them over (its
+ * `undici:request:bodyChunkReceived` channel): what the relay read, whatever the kernel's buffers held besides.
+ * Counting stops when the test ends.
+ */
+function countBytesRead(onTestFinished: TestContext['onTestFinished']) {
+  const read = new Map<object, { bytes: number; largestChunk: number }>()
+  const listener = (message: unknown) => {
+    const { request, chunk } = message as { request: object; chunk: Buffer }
+    const entry = read.get(request) ?? { bytes: 0, largestChunk: 0 }
+    entry.bytes += chunk.length
+    entry.largestChunk = Math.max(entry.largestChunk, chunk.length)
+    read.set(request, entry)
+  }
+  diagnostics.subscribe('undici:request:bodyChunkReceived', listener)
+  onTestFinished(() => diagnostics.unsubscribe('undici:request:bodyChunkReceived', listener))
+  return { requests: () => [...read.values()] }
 }
 
 /** A schema of the test's own, so no event another test left pending is claimed by this one's relay. */
@@ -35,9 +55,8 @@ describe('an endless answer', () => {
   it('costs at most the kept bytes plus one chunk, settles a 2xx as delivered, and never reuses its connection', async ({
     onTestFinished,
   }) => {
-    const chunkBytes = 4096
-    // Paced, so the bytes the endpoint's socket managed to write are the bytes the relay read (see the helper).
-    const hooks = await endpoint(onTestFinished, { status: 200, chunkBytes, intervalMs: 20 })
+    const read = countBytesRead(onTestFinished)
+    const hooks = await endpoint(onTestFinished, { status: 200, chunkBytes: 4096, intervalMs: 20 })
     const schema = await freshSchema('endless_ok')
     await seedEvents(t.db, ['endless'], 2, { schema })
     const relay = new Relay({
@@ -52,8 +71,10 @@ describe('an endless answer', () => {
       () => hooks.answers.length > 0 && hooks.answers.every((a) => a.closed),
       'the answers closed',
     )
-    for (const answer of hooks.answers)
-      expect(answer.bodyBytesSent).toBeLessThanOrEqual(MAX_KEPT_BODY_BYTES + chunkBytes)
+    // Each attempt read the kept bytes and the chunk that crossed them, no more.
+    expect(read.requests()).toHaveLength(2)
+    for (const request of read.requests())
+      expect(request.bytes).toBeLessThanOrEqual(MAX_KEPT_BODY_BYTES + request.largestChunk)
     expect(result).toEqual({ delivered: 2, failed: 0, dead: 0 })
     // The first connection was closed mid-answer, not handed back to the pool: the second request needed a new one.
     expect(hooks.answers[0]!.connection).not.toBe(hooks.answers[1]!.connection)
@@ -67,6 +88,7 @@ describe('an endless answer', () => {
   it('settles a 500 streaming as fast as the socket takes it with its status, long before the timeout', async ({
     onTestFinished,
   }) => {
+    const read = countBytesRead(onTestFinished)
     const hooks = await endpoint(onTestFinished, {
       status: 500,
       prefix: '{"title":"broken","detail":"',
@@ -87,6 +109,9 @@ describe('an endless answer', () => {
     // Without pacing the kernel's socket buffers also hold bytes the relay never read: a loose bound, still far below
     // what reading on until the timeout costs on loopback (hundreds of MiB to GiBs in two seconds).
     expect(hooks.answers[0]!.bodyBytesSent).toBeLessThan(32 * 1024 * 1024)
+    // What the relay itself read: the kept bytes and the chunk that crossed them.
+    const [request] = read.requests()
+    expect(request!.bytes).toBeLessThanOrEqual(MAX_KEPT_BODY_BYTES + request!.largestChunk)
     expect(result).toEqual({ delivered: 0, failed: 1, dead: 0 })
     const [row] = await rows(schema)
     expect(row).toMatchObject({ status: 'pending', attempts: 1, last_status: 500 })
