@@ -25,6 +25,7 @@ import { selectLaneEvents } from './sql/select-lane-events.js'
 import { disableGoneSubscription } from './sql/subscription-store.js'
 import type { SubscriptionTargets } from './subscription-targets.js'
 import { readLaneTraceContexts, traceDelivery } from './tracing.js'
+import type { WriteGate } from './write-gate.js'
 
 /** What delivering one lane did. */
 export interface LaneResult {
@@ -64,6 +65,8 @@ export interface LaneContext {
   readonly isolate: (lane: ClaimedLane) => Promise<(() => void) | undefined>
   /** True while another lane than this one is being isolated: hand the lane back before its next request. */
   readonly heldBack: (lane: ClaimedLane) => boolean
+  /** Where the outcome writes of failing subscriptions queue (see {@link WriteGate}). */
+  readonly failureWrites: WriteGate
   /** Logs a failure the relay retries by itself and emits it as `relay:error`. */
   readonly reportError: (error: unknown, during: RelayEventMap['relay:error']['during']) => void
 }
@@ -112,6 +115,9 @@ function attemptOf(
 }
 
 const NOTHING: LaneResult = Object.freeze({ delivered: 0, failed: 0, dead: 0 })
+
+/** A subscription in good standing's outcome writes go at once. */
+const UNGATED = { run: <T>(task: () => Promise<T>): Promise<T> => task() }
 
 /**
  * Reports a lane claimed over an expired claim (`lane:takeover`) as soon as its claim returns, with the attempt the
@@ -529,7 +535,11 @@ async function deliverRow(
   try {
     if (outcome.httpStatus === 410) await retireGoneSubscription(ctx, target)
     return {
-      settled: await settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs, health),
+      // A failing subscription's outcome writes go through the relay's gate: a burst of them (requests that all
+      // timed out together) never takes the pool from the healthy subscriptions' marks and claims.
+      settled: await (ctx.targets.failing(lane.subscriptionId) ? ctx.failureWrites : UNGATED).run(() =>
+        settleFailure(ctx, target, lane, row, failure, readAt, outcome.retryAfterMs, health),
+      ),
     }
   } finally {
     recorded?.()

@@ -9,7 +9,15 @@ import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } fro
 import { interruptibleSleep, type RelayRuntime, runtimeOf, sleep } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
 import { checkSchemaNotNewer } from './schema-version.js'
-import { claimRooms, pickNext, type SlotPicture, shouldYield } from './slot-rule.js'
+import {
+  canStartAny,
+  claimBudget,
+  claimRooms,
+  failingQuota,
+  pickNext,
+  type SlotPicture,
+  shouldYield,
+} from './slot-rule.js'
 import { type ClaimResult, claimLanes } from './sql/claim-lanes.js'
 import type { ClaimedLane } from './sql/claimed-lane.js'
 import { markSentAndRelease } from './sql/mark-sent.js'
@@ -18,6 +26,7 @@ import { SubscriptionBackfill } from './subscription-backfill.js'
 import { SubscriptionTargets } from './subscription-targets.js'
 import { readClaimedTraceContexts } from './tracing.js'
 import { UNSIGNED_WARNING } from './unsigned-warning.js'
+import { WriteGate } from './write-gate.js'
 
 /** What one {@link Relay.runOnce} did. */
 export interface RunOnceResult {
@@ -263,6 +272,7 @@ export class Relay {
         this.#heldBytes -= bytes
       },
       reportError: (error, during) => this.#reportError(error, during),
+      failureWrites: new WriteGate(failingQuota(this.#options.concurrency)),
     }
     testHooks.set(this, {
       startStepping: async () => {
@@ -529,8 +539,14 @@ export class Relay {
     if (!this.#stepping) this.#backfill.poke()
     await this.#parkBehindBlocks()
     this.#startReady()
-    const wanted = 2 * concurrency - this.#active.size - this.#ready.length
-    const slotFree = this.#active.size < concurrency
+    // One subscription: every lane held counts against twice the slots. Several: as the slot rule counts them
+    // (`claimBudget`), so lanes held by failing subscriptions beyond their share, or the first lane of each
+    // subscription, never stop the claims another subscription's lanes need.
+    const picture = this.#targets.sharing ? this.#picture() : undefined
+    const wanted = picture
+      ? claimBudget(picture, 2 * concurrency)
+      : 2 * concurrency - this.#active.size - this.#ready.length
+    const slotFree = picture ? canStartAny(picture) : this.#active.size < concurrency
     const bytesLeft = this.#context.bytesLeft()
     // A subscription an express claim is claiming for now gets no room here: it is in one claim at a time.
     const rooms = this.#rooms(2 * concurrency).map((room) =>

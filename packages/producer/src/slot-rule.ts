@@ -212,3 +212,29 @@ export function claimRooms(picture: SlotPicture, capacity: number): { id: string
     return { id: sub.id, room: Math.max(0, Math.max(1, Math.ceil(share / sharers)) - sub.held) }
   })
 }
+
+/**
+ * How many more lanes the relay may hold (claimed ahead or in delivery) out of `capacity`, counted as the rule
+ * counts slots: a subscription in good standing's first lane is its own (rule 1), and the failing ones' lanes count
+ * at most their share of the capacity (rule 2) — requests under way when their subscription turned failing (a
+ * hanging endpoint's, found out only after a while) must not use up the claim room the others need. One subscription
+ * alone counts every lane it holds.
+ */
+export function claimBudget(picture: SlotPicture, capacity: number): number {
+  const { subscriptions, concurrency } = picture
+  if (subscriptions.length <= 1) return capacity - (subscriptions[0]?.held ?? 0)
+  let counted = 0
+  let failingHeld = 0
+  for (const sub of subscriptions) {
+    if (sub.failing) failingHeld += sub.held
+    else counted += Math.max(0, sub.held - 1)
+  }
+  const failingLimit = Math.ceil((capacity * failingQuota(concurrency)) / concurrency)
+  return capacity - counted - Math.min(failingHeld, failingLimit)
+}
+
+/** Whether a lane of some served subscription could start a request now (so a claim would find it a slot). */
+export function canStartAny(picture: SlotPicture): boolean {
+  const counts = tally(picture)
+  return picture.subscriptions.some((sub) => mayStartWith(picture, counts, sub))
+}

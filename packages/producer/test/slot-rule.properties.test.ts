@@ -1,6 +1,8 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import {
+  canStartAny,
+  claimBudget,
   claimRooms,
   failingQuota,
   mayStart,
@@ -213,6 +215,47 @@ describe('the slot rule', () => {
         const empty = change(p, sub.id, (s) => ({ ...s, held: 0, active: 0, failing: false }))
         const room = claimRooms(empty, 2 * p.concurrency).find((r) => r.id === sub.id)!
         expect(room.room).toBeGreaterThan(0)
+      }),
+    )
+  })
+
+  it('claim budget: lanes of failing subscriptions past their share, and each first lane, never use up the claim room', () => {
+    fc.assert(
+      fc.property(picture, fc.nat({ max: 500 }), (p, extraFailingLanes) => {
+        const capacity = 2 * p.concurrency
+        if (p.subscriptions.length === 1) {
+          expect(claimBudget(p, capacity)).toBe(capacity - p.subscriptions[0]!.held)
+          return
+        }
+        // However many more lanes the failing ones hold (requests under way when they turned failing), the budget
+        // stays what the subscriptions in good standing leave.
+        const swollen = {
+          ...p,
+          subscriptions: p.subscriptions.map((sub) =>
+            sub.failing ? { ...sub, held: sub.held + extraFailingLanes } : sub,
+          ),
+        }
+        const healthyCounted = p.subscriptions
+          .filter((sub) => !sub.failing)
+          .reduce((sum, sub) => sum + Math.max(0, sub.held - 1), 0)
+        const failingLimit = Math.ceil((capacity * failingQuota(p.concurrency)) / p.concurrency)
+        expect(claimBudget(swollen, capacity)).toBeGreaterThanOrEqual(
+          capacity - healthyCounted - failingLimit,
+        )
+        // A subscription in good standing holding one lane each costs the budget nothing.
+        const firsts = {
+          ...p,
+          subscriptions: p.subscriptions.map((sub) => ({ ...sub, failing: false, held: 1 })),
+        }
+        expect(claimBudget(firsts, capacity)).toBe(capacity)
+      }),
+    )
+  })
+
+  it('a slot is free when and only when some subscription may start', () => {
+    fc.assert(
+      fc.property(picture, (p) => {
+        expect(canStartAny(p)).toBe(p.subscriptions.some((sub) => mayStart(p, sub.id)))
       }),
     )
   })
