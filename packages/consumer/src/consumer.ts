@@ -3,6 +3,7 @@ import { type EventCatalog, EventHub, type JsonValue, type UntypedCatalog } from
 import { type ExpressMiddleware, expressAdapter } from './adapters/express.js'
 import { fetchAdapter } from './adapters/fetch.js'
 import { nodeAdapter } from './adapters/node.js'
+import { createBodyGate } from './core/body-gate.js'
 import type { EnvelopeReader } from './core/envelope-reader.js'
 import { CORE, type ConsumerCore } from './core/internal.js'
 import { createReceive, type WebhookRequest } from './core/receive.js'
@@ -171,8 +172,9 @@ export function createConsumer(options: ConsumerOptions<any>): Consumer<any, Unt
   const resolved = resolveConsumerOptions(options)
   const { logger } = resolved
   const hub = new EventHub<ReceiptEventMap>(logger, 'consumer')
-  const receive = createReceive(resolved, hub)
-  const core: ConsumerCore = Object.freeze({ receive, logger })
+  const bodies = createBodyGate(resolved.maxConcurrentBodies)
+  const receive = createReceive(resolved, hub, bodies)
+  const core: ConsumerCore = Object.freeze({ receive, logger, bodies })
 
   const consumer: Consumer<any, UntypedCatalog, EnvelopeKind> & { readonly [CORE]: ConsumerCore } = {
     [CORE]: core,

@@ -7,6 +7,7 @@
 import type { EventCatalog } from '@outbox/protocol'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { internalFailure } from './adapters/node.js'
+import { warnWithoutRequestTimeout } from './adapters/server-timeouts.js'
 import type { Consumer } from './consumer.js'
 import { CORE, type ConsumerCore } from './core/internal.js'
 import { contentTypeProblem } from './core/receive.js'
@@ -117,6 +118,9 @@ export async function outboxWebhooks(
     )
   }
   const { receive, logger } = core
+  // Fastify 5 never times a request out by default: a trickled body would otherwise hold its connection forever
+  // (the consumer's own deadline still answers it, and closes the connection).
+  warnWithoutRequestTimeout(logger, 'Fastify', fastify.server.requestTimeout)
   const receipt = { handler: options.handler, onError: options.onError }
 
   fastify.removeAllContentTypeParsers()

@@ -33,7 +33,10 @@ export {
 } from './metrics.js'
 export {
   type ConsumerOptions,
+  DEFAULT_BODY_TIMEOUT_MS,
+  DEFAULT_LOG_INTERVAL_MS,
   DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_MAX_CONCURRENT_BODIES,
   DEFAULT_SEQUENCE_POLICY,
   DEFAULT_SOURCE,
   type ErrorListener,

@@ -130,6 +130,23 @@ export interface ConsumerOptions<DB = any, Catalog extends EventCatalog = Untype
   readonly source?: string
   /** Largest accepted body in bytes, enforced while reading. @defaultValue 1048576 (1 MiB) */
   readonly maxBodyBytes?: number
+  /**
+   * Longest time a request's body may take to arrive once the consumer starts reading it: a client trickling its
+   * body is answered 408 `request_timeout` and its connection closed. Holds under every adapter, whatever the
+   * server's own timeouts. @defaultValue 10000
+   */
+  readonly bodyTimeoutMs?: number
+  /**
+   * Most bodies read at once by this consumer: a request arriving while that many are being read is answered 503
+   * `server_busy` with `Retry-After` and its connection closed, unread. Bounds the memory bodies in transit hold to
+   * `maxBodyBytes` × this. @defaultValue 64
+   */
+  readonly maxConcurrentBodies?: number
+  /**
+   * Refusals (4xx) are logged at `warn` at most once per problem code per this interval, with the `count` of
+   * refusals the line stands for; each request's own line is at `debug`. @defaultValue 10000
+   */
+  readonly logIntervalMs?: number
   /** Accepted distance between `webhook-timestamp` and this server's clock, either way. @defaultValue 300 */
   readonly toleranceSeconds?: number
   /** Where refusals, failures and (at debug) outcomes are logged. @defaultValue warn/error to the console */
@@ -179,6 +196,9 @@ export interface ResolvedConsumerOptions {
   readonly schema: string
   readonly source: string
   readonly maxBodyBytes: number
+  readonly bodyTimeoutMs: number
+  readonly maxConcurrentBodies: number
+  readonly logIntervalMs: number
   readonly toleranceSeconds: number
   readonly logger: Logger
   readonly onError: ErrorListener<unknown> | undefined
@@ -194,6 +214,40 @@ export interface ResolvedConsumerOptions {
  * ```
  */
 export const DEFAULT_MAX_BODY_BYTES = 1_048_576
+
+/**
+ * Default `bodyTimeoutMs`: 10 s, ample for a 1 MiB body on any working link, far below Node's 300 s
+ * `requestTimeout` (and Fastify's none).
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_BODY_TIMEOUT_MS } from '@outbox/consumer'
+ * const bodyTimeoutMs = 3 * DEFAULT_BODY_TIMEOUT_MS // a sender on a slow link
+ * ```
+ */
+export const DEFAULT_BODY_TIMEOUT_MS = 10_000
+
+/**
+ * Default `maxConcurrentBodies`: 64 bodies, so at most 64 MiB in transit under the default `maxBodyBytes`.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT_BODIES } from '@outbox/consumer'
+ * console.log(DEFAULT_MAX_BODY_BYTES * DEFAULT_MAX_CONCURRENT_BODIES) // bytes bodies may hold at most
+ * ```
+ */
+export const DEFAULT_MAX_CONCURRENT_BODIES = 64
+
+/**
+ * Default `logIntervalMs`: one `warn` line per refusal code per 10 s.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_LOG_INTERVAL_MS } from '@outbox/consumer'
+ * console.log(DEFAULT_LOG_INTERVAL_MS) // 10000
+ * ```
+ */
+export const DEFAULT_LOG_INTERVAL_MS = 10_000
 
 /**
  * Default sequence policy.
@@ -235,6 +289,9 @@ const KNOWN_OPTIONS = [
   'schema',
   'source',
   'maxBodyBytes',
+  'bodyTimeoutMs',
+  'maxConcurrentBodies',
+  'logIntervalMs',
   'toleranceSeconds',
   'logger',
   'onError',
@@ -396,6 +453,19 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
       `\`maxBodyBytes\` must be a positive whole number of bytes (got ${String(maxBodyBytes)})`,
     )
   }
+  const positiveWhole = (
+    option: 'bodyTimeoutMs' | 'maxConcurrentBodies' | 'logIntervalMs',
+    fallback: number,
+  ) => {
+    const value = options[option] ?? fallback
+    if (!Number.isSafeInteger(value) || value < 1) {
+      throw invalid(option, `\`${option}\` must be a positive whole number (got ${String(value)})`)
+    }
+    return value
+  }
+  const bodyTimeoutMs = positiveWhole('bodyTimeoutMs', DEFAULT_BODY_TIMEOUT_MS)
+  const maxConcurrentBodies = positiveWhole('maxConcurrentBodies', DEFAULT_MAX_CONCURRENT_BODIES)
+  const logIntervalMs = positiveWhole('logIntervalMs', DEFAULT_LOG_INTERVAL_MS)
   const toleranceSeconds = options.toleranceSeconds ?? DEFAULT_SIGNATURE_TOLERANCE_SECONDS
   if (typeof toleranceSeconds !== 'number' || !Number.isFinite(toleranceSeconds) || toleranceSeconds <= 0) {
     throw invalid(
@@ -446,6 +516,9 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     schema: checkSchema(options.schema, 'createConsumer'),
     source,
     maxBodyBytes,
+    bodyTimeoutMs,
+    maxConcurrentBodies,
+    logIntervalMs,
     toleranceSeconds,
     logger,
     onError: options.onError,

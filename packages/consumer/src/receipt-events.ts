@@ -43,8 +43,9 @@ export interface ReceiptEventMap {
   /** A later event of the aggregate was applied already: `200 stale_ignored`, recorded, the handler did not run. */
   'receipt:stale': ReceiptRef & { readonly cursor: number | undefined; readonly durationMs: number }
   /**
-   * A 4xx: the request was not a webhook this consumer accepts (signature, envelope, size, method, payload schema)
-   * or, with 409 `sequence_gap`, arrived before an earlier event of its aggregate. Nothing was recorded.
+   * A 4xx: the request was not a webhook this consumer accepts (signature, envelope, size, method, payload schema),
+   * its body arrived too slowly (408 `request_timeout`) or, with 409 `sequence_gap`, it arrived before an earlier
+   * event of its aggregate; or a 503 `server_busy`: too many bodies were in transit. Nothing was recorded.
    */
   'receipt:refused': ReceiptRef & {
     readonly status: number

@@ -57,7 +57,10 @@ export interface Refusal {
  */
 export interface WebhookResponse {
   readonly status: number
-  /** Lower-case names; `content-type`, `content-length` and `cache-control` always, `allow` on a 405. */
+  /**
+   * Lower-case names; `content-type`, `content-length` and `cache-control` always, `allow` on a 405, `retry-after`
+   * on a 503.
+   */
   readonly headers: Readonly<Record<string, string>>
   /** JSON text: `{"status":…,"eventId":…}` on a 200, an RFC 9457 problem document otherwise. */
   readonly body: string
@@ -85,6 +88,8 @@ export function problemResponse(refused: Refusal, closeConnection: boolean): Web
     'cache-control': 'no-store',
   }
   if (refused.status === 405) headers.allow = 'POST'
+  // A 503 is a moment of overload, never the event's fault: the sender may come back in a second.
+  if (refused.status === 503) headers['retry-after'] = '1'
   return { status: refused.status, headers, body, closeConnection }
 }
 

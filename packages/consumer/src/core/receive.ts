@@ -13,6 +13,8 @@ import {
   refusal,
   type WebhookResponse,
 } from '../respond.js'
+import { createAggregatedLog } from './aggregated-log.js'
+import type { BodyGate } from './body-gate.js'
 import { checkReceivedEvent, type EnvelopeResult, isEnvelopeRefusal } from './envelope-reader.js'
 import { type HeaderInput, type WebhookHeaders, webhookHeaders } from './headers.js'
 import { type BodySource, readBody } from './read-body.js'
@@ -134,17 +136,27 @@ const utf8 = new TextDecoder('utf-8', { fatal: true })
  * 2. transport, on headers alone: JSON content type (415), no compression (415), an announced length within
  *    `maxBodyBytes` (413);
  * 3. the verifier's header check (401) — still before a byte of the body is read;
- * 4. the body, read up to `maxBodyBytes` (413 the moment it passes; 500 `body_already_parsed` when something
+ * 4. the body, in one of `maxConcurrentBodies` reading slots (all taken: 503 `server_busy` with `Retry-After`),
+ *    within `bodyTimeoutMs` (408 `request_timeout` when it has not all arrived by then), read up to
+ *    `maxBodyBytes` (413 the moment it passes; 500 `body_already_parsed` when something
  *    else read it first);
  * 5. the signature over the exact bytes (401); JSON (400); the envelope and, for this project's relay, the
  *    id and sequence headers (400); what the sequence policy needs (400); the payload schema (422);
  * 6. the transaction: record the id (duplicate → `200 duplicate_ignored`), judge and advance the cursor
  *    (`stale_ignored`, or 409 `sequence_gap` under `'strict'`), run the handler → `200 applied`; a handler or
  *    database failure rolls everything back → 500 `handler_failed`, retried by the sender.
- * Any refusal answered before the body was fully read asks the server to close the connection.
+ * Any refusal answered before the body was fully read asks the server to close the connection. A refusal (4xx) is
+ * logged at `debug` per request and at `warn` once per code per `logIntervalMs`, with a count.
  */
-export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<ReceiptEventMap>): Receive {
-  const { logger, source, verifier, envelope, maxBodyBytes, sequence: policy } = options
+export function createReceive(
+  options: ResolvedConsumerOptions,
+  hub: EventHub<ReceiptEventMap>,
+  gate: BodyGate,
+): Receive {
+  const { logger, source, verifier, envelope, maxBodyBytes, bodyTimeoutMs, sequence: policy } = options
+  // A flood of refusals (an unauthenticated client in a loop) is one warn line per code per interval, counted.
+  const aggregated = createAggregatedLog(logger, options.logIntervalMs)
+  const readOptions = { limitBytes: maxBodyBytes, timeoutMs: bodyTimeoutMs, onBytes: gate.count }
   const applyEvent = createApplyEvent(options)
   // The default logger drops debug lines: then the per-delivery outcome line is not even built.
   const logsOutcomes = logger.debug !== consoleLogger.debug
@@ -177,7 +189,8 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
 
     const refuse = (refused: Refusal): WebhookResponse => {
       const withId = refused.eventId === undefined ? { ...refused, eventId: headerEventId(headers) } : refused
-      const failed = withId.status >= 500
+      // Too many bodies at once is load, not a failure of ours: logged and reported with the refusals.
+      const failed = withId.status >= 500 && withId.code !== 'server_busy'
       const meta = {
         status: withId.status,
         code: withId.code,
@@ -189,7 +202,12 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
         sequence: withId.sequence,
         ...(withId.cause === undefined ? {} : { error: describe(withId.cause) }),
       }
-      safeLog(logger, failed ? 'error' : 'warn', meta, `webhook refused: ${withId.code}`)
+      if (failed) safeLog(logger, 'error', meta, `webhook refused: ${withId.code}`)
+      else {
+        safeLog(logger, 'debug', meta, 'webhook request refused')
+        const summary = { status: withId.status, code: withId.code, detail: withId.detail, source }
+        aggregated('warn', withId.code, summary, `webhook refused: ${withId.code}`)
+      }
       for (const onError of [options.onError, receipt.onError]) {
         if (onError === undefined) continue
         try {
@@ -250,8 +268,31 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
       if (failure !== undefined) return refuse(refusal(failure, SIGNATURE_DETAILS[failure]))
     }
 
-    const read = await readBody(request.body, maxBodyBytes)
+    // A streamed body takes one of the consumer's reading slots: past them, the request is turned away unread, so
+    // what bodies in transit hold stays within maxBodyBytes × maxConcurrentBodies however many clients trickle.
+    const streamed = unread
+    if (streamed && !gate.enter()) {
+      return refuse(
+        refusal(
+          'server_busy',
+          `${options.maxConcurrentBodies} request bodies are being read already; retry shortly`,
+        ),
+      )
+    }
+    let read: Awaited<ReturnType<typeof readBody>>
+    try {
+      read = await readBody(request.body, readOptions)
+    } finally {
+      if (streamed) gate.leave()
+    }
     if (!read.ok) {
+      if (read.reason === 'timeout') {
+        return refuse(
+          refusal('request_timeout', `the body did not arrive within ${bodyTimeoutMs} ms`, {
+            extensions: { timeoutMs: bodyTimeoutMs },
+          }),
+        )
+      }
       if (read.reason === 'too_large') {
         unread = read.unread
         return tooLarge()
