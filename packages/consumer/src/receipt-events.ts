@@ -39,7 +39,15 @@ export interface ReceiptEventMap {
     readonly durationMs: number
   }
   /** The event id was already recorded: `200 duplicate_ignored`, the handler did not run. */
-  'receipt:duplicate': ReceiptRef & { readonly durationMs: number }
+  'receipt:duplicate': ReceiptRef & {
+    /**
+     * True when the id was recorded with another payload (type, aggregate, sequence or data differ from the first
+     * delivery's): the same id reused for another event, whose payload was not applied. Also counted by
+     * `outbox_consumer_payload_mismatches_total` and logged at `warn`.
+     */
+    readonly payloadMismatch: boolean
+    readonly durationMs: number
+  }
   /** A later event of the aggregate was applied already: `200 stale_ignored`, recorded, the handler did not run. */
   'receipt:stale': ReceiptRef & { readonly cursor: number | undefined; readonly durationMs: number }
   /**

@@ -30,6 +30,11 @@ export interface ProcessedEventsTable {
   sequence: string | number | null
   type: string
   received_at: Generated<Date>
+  /**
+   * sha256 (hex) of the event as its envelope reader produced it (type, aggregate, sequence, data), to tell a
+   * retry from the same id with another payload; NULL for rows recorded before migration 0004.
+   */
+  payload_digest?: string | null
 }
 
 /**

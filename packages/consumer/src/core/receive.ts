@@ -15,6 +15,7 @@ import {
 } from '../respond.js'
 import { createAggregatedLog } from './aggregated-log.js'
 import type { BodyGate } from './body-gate.js'
+import { envelopeDigest } from './envelope-digest.js'
 import { checkReceivedEvent, type EnvelopeResult, isEnvelopeRefusal } from './envelope-reader.js'
 import { type HeaderInput, type WebhookHeaders, webhookHeaders } from './headers.js'
 import { type BodySource, readBody } from './read-body.js'
@@ -368,6 +369,9 @@ export function createReceive(
       )
     }
 
+    // Over the event as the reader produced it, before a schema may transform its data (see envelope-digest.ts).
+    const digest = envelopeDigest(event)
+
     if (options.schemas !== undefined) {
       let checked: PayloadCheck
       try {
@@ -400,14 +404,18 @@ export function createReceive(
     let handlerMs = 0
     let outcome: ApplyOutcome
     try {
-      outcome = await applyEvent(event, async (trx) => {
-        const handlerStarted = performance.now()
-        try {
-          return await receipt.handler(event, trx, receipt.context)
-        } finally {
-          handlerMs = performance.now() - handlerStarted
-        }
-      })
+      outcome = await applyEvent(
+        event,
+        async (trx) => {
+          const handlerStarted = performance.now()
+          try {
+            return await receipt.handler(event, trx, receipt.context)
+          } finally {
+            handlerMs = performance.now() - handlerStarted
+          }
+        },
+        digest,
+      )
     } catch (error) {
       const handlerThrew = error instanceof HandlerFailure
       return refuse(
@@ -443,8 +451,19 @@ export function createReceive(
         hub.emit('receipt:applied', { source, ...eventFields(event), handlerMs, durationMs })
       }
     } else if (outcome.status === 'duplicate_ignored') {
+      const payloadMismatch = outcome.payloadMismatch === true
+      if (payloadMismatch) {
+        // Answered as a duplicate all the same (a retry would not change it), but never silently: the same id with
+        // another payload is a sender's bug or a reused id, and the second payload was NOT applied.
+        aggregated(
+          'warn',
+          'payload_mismatch',
+          { source, ...eventFields(event) },
+          'webhook id repeated with another payload: answered duplicate_ignored, the new payload was not applied',
+        )
+      }
       if (hub.has('receipt:duplicate'))
-        hub.emit('receipt:duplicate', { source, ...eventFields(event), durationMs })
+        hub.emit('receipt:duplicate', { source, ...eventFields(event), payloadMismatch, durationMs })
     } else if (hub.has('receipt:stale')) {
       hub.emit('receipt:stale', { source, ...eventFields(event), cursor: outcome.cursor, durationMs })
     }
