@@ -139,8 +139,9 @@ function checkAdapterOptions(options: AdapterOptions<unknown> | undefined, metho
  * outcome.
  *
  * Create the pool behind `db` with {@link createPool} (or pass it through {@link guardPool}): a bare `pg.Pool`
- * lets a PostgreSQL connection cut while a handler runs (a restart, a failover) crash the process. The consumer
- * cannot check this for you — Kysely keeps its dialect's pool private — so it warns about nothing.
+ * lets a PostgreSQL connection cut while a handler runs (a restart, a failover) crash the process. Kysely keeps its
+ * dialect's pool private, so the consumer cannot check the pool itself; it warns when a PostgreSQL `db` is given in
+ * a process that has guarded no pool at all.
  *
  * @example
  * ```ts

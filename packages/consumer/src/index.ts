@@ -16,7 +16,13 @@ export {
   type WebhookVerifier,
 } from './core/verifier.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
-export { createPool, type GuardablePool, guardPool, isGuardedPool } from './guard-pool.js'
+export {
+  createPool,
+  type GuardablePool,
+  guardedPoolCount,
+  guardPool,
+  isGuardedPool,
+} from './guard-pool.js'
 export type {
   DedupeHandler,
   EnvelopeKind,

@@ -6,7 +6,7 @@ import {
   type SigningKey,
   type UntypedCatalog,
 } from '@outbox/protocol'
-import type { Kysely } from 'kysely'
+import { type Kysely, PostgresAdapter } from 'kysely'
 import { type EnvelopeReader, outboxEnvelope } from './core/envelope-reader.js'
 import {
   standardWebhooksVerifier,
@@ -15,6 +15,7 @@ import {
   type WebhookVerifier,
 } from './core/verifier.js'
 import { OutboxError } from './errors.js'
+import { guardedPoolCount } from './guard-pool.js'
 import { consoleLogger, isLogger, type Logger } from './logger.js'
 import { checkPayloadSchemas, type PayloadSchemas } from './payload-schemas.js'
 import type { Refusal } from './respond.js'
@@ -302,6 +303,12 @@ function invalid(option: string, message: string): OutboxError {
   return new OutboxError('ERR_OUTBOX_INVALID_OPTION', `createConsumer: ${message}`, { option })
 }
 
+/** Whether `db` runs on PostgreSQL (Kysely's PostgreSQL adapter, from this copy of Kysely or another). */
+function isPostgres(db: Kysely<any>): boolean {
+  const adapter = (db as { getExecutor?: () => { adapter?: unknown } }).getExecutor?.().adapter
+  return adapter instanceof PostgresAdapter || adapter?.constructor?.name === 'PostgresAdapter'
+}
+
 /** Throws unless `value` looks like a Kysely instance that can open transactions. */
 export function checkDatabase(value: unknown, where: string): Kysely<any> {
   const db = value as Partial<Kysely<any>> | null | undefined
@@ -488,6 +495,14 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     logger.warn(
       { maxBodyBytes },
       'maxBodyBytes is below the producer default payload limit (256 KiB): larger events will get 413',
+    )
+  }
+  if (isPostgres(db) && guardedPoolCount() === 0) {
+    // A connection cut while a handler holds it would end the process; Kysely hides the pool, but a process that
+    // guarded none cannot have guarded this one.
+    logger.warn(
+      {},
+      "the PostgreSQL pool behind `db` is not guarded: a database restart, failover or terminated backend while a handler runs will crash the process (pg emits 'error' on the checked-out client). Create it with createPool(…) from @outbox/consumer, or pass it through guardPool(pool)",
     )
   }
   if (options.allowUnsigned === true) {

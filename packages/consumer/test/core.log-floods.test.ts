@@ -34,7 +34,7 @@ describe('a flood of refusals', () => {
       await post(server.url, unsigned.body, unsigned.headers)
     }
 
-    const warns = logger.lines.filter((line) => line.level === 'warn')
+    const warns = logger.lines.filter((line) => line.level === 'warn' && line.meta?.code !== undefined)
     expect(warns.map((line) => [line.meta?.code, line.meta?.count])).toEqual([
       ['invalid_signature', 1],
       ['missing_signature', 1],
@@ -55,7 +55,7 @@ describe('a flood of refusals', () => {
         .filter((line) => line.level === 'warn' && line.meta?.code === 'missing_signature')
         .reduce((sum, line) => sum + Number(line.meta?.count), 0)
     await until(() => counted() === 10, 'the counted refusals to be written')
-    const warns = logger.lines.filter((line) => line.level === 'warn')
+    const warns = logger.lines.filter((line) => line.level === 'warn' && line.meta?.code !== undefined)
     // However fast or slow the ten came, each line stands for at least one and together they count every refusal.
     expect(warns.length).toBeLessThanOrEqual(10)
     for (const line of warns) expect(line.meta).toMatchObject({ code: 'missing_signature', status: 401 })
