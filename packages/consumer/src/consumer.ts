@@ -38,11 +38,10 @@ export interface AdapterOptions<TReq> {
  *
  * @example
  * ```ts
- * import { type Consumer, createConsumer } from '@outbox/consumer'
+ * import { type Consumer, createConsumer, createPool } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const consumer: Consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
  * const onEvent = consumer.dedupe(async (event) => console.log(event.type, event.sequence))
  * ```
@@ -145,12 +144,11 @@ function checkAdapterOptions(options: AdapterOptions<unknown> | undefined, metho
  *
  * @example
  * ```ts
- * import { createConsumer } from '@outbox/consumer'
+ * import { createConsumer, createPool } from '@outbox/consumer'
  * import express from 'express'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const { dedupe } = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, sequence: 'monotonic' })
  *
  * const app = express()

@@ -21,12 +21,11 @@ import type { WebhookResponse } from './respond.js'
  *
  * @example
  * ```ts
- * import { createConsumer } from '@outbox/consumer'
+ * import { createConsumer, createPool } from '@outbox/consumer'
  * import type { OutboxWebhooksOptions } from '@outbox/consumer/fastify'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
  * const options: OutboxWebhooksOptions = { consumer, path: '/hooks', handler: async (event) => console.log(event.type) }
  * ```
@@ -71,13 +70,12 @@ function send(reply: FastifyReply, answer: WebhookResponse): FastifyReply {
  *
  * @example
  * ```ts
- * import { createConsumer } from '@outbox/consumer'
+ * import { createConsumer, createPool } from '@outbox/consumer'
  * import { outboxWebhooks } from '@outbox/consumer/fastify'
  * import Fastify from 'fastify'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
  * const app = Fastify()
  * await app.register(outboxWebhooks, {

@@ -65,12 +65,11 @@ const DELIVERED_CODES = {
  *
  * @example
  * ```ts
- * import { consumerMetrics, createConsumer } from '@outbox/consumer'
+ * import { consumerMetrics, createConsumer, createPool } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  * import { Registry } from 'prom-client'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
  * const register = new Registry()
  * await consumerMetrics(consumer, { register })

@@ -46,11 +46,10 @@ export type SequencePolicy = 'monotonic' | 'strict' | 'off'
  *
  * @example
  * ```ts
- * import { createConsumer } from '@outbox/consumer'
+ * import { createConsumer, createPool } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const { dedupe } = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, sequence: 'strict', firstSequence: 'any' })
  * ```
  */
@@ -62,12 +61,12 @@ export type FirstSequence = 1 | 'any'
  *
  * @example
  * ```ts
+ * import { createPool } from '@outbox/consumer'
  * import type { ConsumerOptions } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
  * const options: ConsumerOptions = {
- *   db: new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) }),
+ *   db: new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) }),
  *   secret: [process.env.WEBHOOK_SECRET_NEW ?? '', process.env.WEBHOOK_SECRET_OLD ?? ''],
  *   sequence: 'monotonic',
  *   maxBodyBytes: 2 * 1024 * 1024,

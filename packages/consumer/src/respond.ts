@@ -13,11 +13,10 @@ import {
  *
  * @example
  * ```ts
- * import { createConsumer, type Refusal } from '@outbox/consumer'
+ * import { createConsumer, createPool, type Refusal } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const onError = (refused: Refusal) => {
  *   if (refused.status >= 500) console.error(refused.code, refused.eventId, refused.cause)
  * }

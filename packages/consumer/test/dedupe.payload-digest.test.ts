@@ -42,7 +42,7 @@ afterAll(async () => {
 })
 
 /** A consumer on a node server, with its duplicates, warn lines and the mismatch metric observed. */
-async function observed(consumer: Consumer, handler: (event: any, trx: any) => Promise<void>) {
+async function observed(consumer: Consumer<any, any, any>, handler: (event: any, trx: any) => Promise<void>) {
   const duplicates: ReceiptEventMap['receipt:duplicate'][] = []
   consumer.on('receipt:duplicate', (receipt) => duplicates.push(receipt))
   await consumerMetrics(consumer, { register })
