@@ -1,11 +1,11 @@
 /** The operator's console mounted in an admin app, as packages/console/README.md shows it: type-checked, never run. */
 // #region mount
 import { createConsole } from '@outbox/console'
+import { createPool } from '@outbox/consumer' // a pg.Pool a dropped connection cannot crash
 import express from 'express'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
-const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
 
 const outboxConsole = createConsole({
   db,

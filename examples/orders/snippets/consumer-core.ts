@@ -1,8 +1,7 @@
 /** The framework-free core on a serverless function, as packages/consumer/README.md shows it: type-checked, never run. */
 // #region consumer-core
-import { createConsumer } from '@outbox/consumer'
+import { createConsumer, createPool } from '@outbox/consumer'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
 /** The parts of an AWS Lambda function URL event and result used here. */
 interface LambdaUrlEvent {
@@ -12,7 +11,7 @@ interface LambdaUrlEvent {
   isBase64Encoded: boolean
 }
 
-const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool({ max: 1 }) }) })
+const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool({ max: 1 }) }) })
 const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
 const receive = consumer.handle(async (event, trx) => {
   await trx.insertInto('audit_log').values({ event_id: event.eventId, type: event.type }).execute()

@@ -1,12 +1,11 @@
 /** The Fastify plugin, as packages/consumer/README.md shows it: type-checked in CI, never run. */
 // #region consumer-fastify
-import { createConsumer } from '@outbox/consumer'
+import { createConsumer, createPool } from '@outbox/consumer'
 import { outboxWebhooks } from '@outbox/consumer/fastify'
 import Fastify from 'fastify'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
-const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
 const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
 
 const app = Fastify()

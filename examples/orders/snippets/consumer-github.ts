@@ -1,9 +1,8 @@
 /** The GitHub recipe of packages/consumer/README.md: type-checked in CI, never run. */
 // #region consumer-github
 import { createServer } from 'node:http'
-import { createConsumer, githubEnvelope, githubVerifier } from '@outbox/consumer'
+import { createConsumer, createPool, githubEnvelope, githubVerifier } from '@outbox/consumer'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
 interface Database {
   issues: { repository: string; number: number; title: string }
@@ -13,7 +12,7 @@ interface IssuesPayload {
   issue?: { number: number; title: string }
 }
 
-const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: createPool() }) })
 const github = createConsumer<Database>({
   db,
   verify: githubVerifier(process.env.GITHUB_WEBHOOK_SECRET ?? ''), // or [new, old] while changing it

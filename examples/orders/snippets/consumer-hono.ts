@@ -1,16 +1,15 @@
 /** The fetch adapter in a Hono app, as packages/consumer/README.md shows it: type-checked in CI, never run. */
 // #region consumer-hono
 import { serve } from '@hono/node-server'
-import { createConsumer } from '@outbox/consumer'
+import { createConsumer, createPool } from '@outbox/consumer'
 import { Hono } from 'hono'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
 interface Database {
   orders: { id: string; status: string }
 }
 
-const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: createPool() }) })
 const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
 
 // (request: Request) => Promise<Response>: Hono, Next.js route handlers (`export const POST = …`), Bun and Deno

@@ -1,12 +1,11 @@
 /** Consumer metrics and receipt events, as packages/consumer/README.md shows them: type-checked, never run. */
 // #region consumer-metrics
-import { consumerMetrics, createConsumer } from '@outbox/consumer'
+import { consumerMetrics, createConsumer, createPool } from '@outbox/consumer'
 import express from 'express'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 import { Registry } from 'prom-client'
 
-const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
 const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, source: 'billing' })
 
 const register = new Registry()

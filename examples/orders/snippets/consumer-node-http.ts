@@ -1,11 +1,10 @@
 /** The node:http adapter, as packages/consumer/README.md shows it: type-checked in CI, never run. */
 // #region consumer-node-http
 import { createServer } from 'node:http'
-import { createConsumer } from '@outbox/consumer'
+import { createConsumer, createPool } from '@outbox/consumer'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
-const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
 const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
 
 // (req, res) => void; the handler's third argument is the IncomingMessage.

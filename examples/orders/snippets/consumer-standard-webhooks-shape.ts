@@ -1,8 +1,13 @@
 /** The "body of another shape" recipe of packages/consumer/README.md: type-checked in CI, never run. */
 // #region consumer-standard-webhooks-shape
-import { createConsumer, type EnvelopeReader, standardWebhooksEnvelope, svixVerifier } from '@outbox/consumer'
+import {
+  createConsumer,
+  createPool,
+  type EnvelopeReader,
+  standardWebhooksEnvelope,
+  svixVerifier,
+} from '@outbox/consumer'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
 // A sender whose bodies are { event: 'user.created', payload: { … } }: hand the reader the standard shape.
 // The id still comes from the signed webhook-id (svix-id) header.
@@ -11,7 +16,7 @@ const acmeEnvelope: EnvelopeReader = (body, headers) => {
   return standardWebhooksEnvelope({ type: event, data: payload }, headers)
 }
 
-const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
 const acme = createConsumer({
   db,
   verify: svixVerifier(process.env.ACME_WEBHOOK_SECRET ?? ''),

@@ -1,9 +1,8 @@
 /** The Stripe recipe of packages/consumer/README.md: type-checked in CI, never run. */
 // #region consumer-stripe
-import { createConsumer, stripeEnvelope, stripeVerifier } from '@outbox/consumer'
+import { createConsumer, createPool, stripeEnvelope, stripeVerifier } from '@outbox/consumer'
 import express from 'express'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
 interface Database {
   payments: { invoice_id: string; customer: string; amount_cents: number }
@@ -13,7 +12,7 @@ interface InvoiceData {
   object: { id: string; customer: string; amount_paid: number }
 }
 
-const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: createPool() }) })
 const stripe = createConsumer<Database>({
   db,
   verify: stripeVerifier(process.env.STRIPE_WEBHOOK_SECRET ?? ''), // 'whsec_…', or [new, old] while rolling

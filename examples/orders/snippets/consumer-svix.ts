@@ -1,15 +1,14 @@
 /** The Svix / Standard Webhooks recipe of packages/consumer/README.md: type-checked in CI, never run. */
 // #region consumer-svix
-import { createConsumer, standardWebhooksEnvelope, svixVerifier } from '@outbox/consumer'
+import { createConsumer, createPool, standardWebhooksEnvelope, svixVerifier } from '@outbox/consumer'
 import express from 'express'
 import { Kysely, PostgresDialect } from 'kysely'
-import pg from 'pg'
 
 interface Database {
   users: { id: string; email: string }
 }
 
-const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: createPool() }) })
 const svix = createConsumer<Database>({
   db,
   verify: svixVerifier(process.env.SVIX_WEBHOOK_SECRET ?? ''), // 'whsec_…'; svix-* or webhook-* headers

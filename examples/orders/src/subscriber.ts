@@ -9,10 +9,9 @@
  * Run it alone: DATABASE_URL=postgres://… PORT=3001 WEBHOOK_SECRET=whsec_… pnpm --filter
  * @outbox/example-orders subscriber
  */
-import { createConsumer, type Logger, migrate } from '@outbox/consumer'
+import { createConsumer, createPool, type Logger, migrate } from '@outbox/consumer'
 import express, { type ErrorRequestHandler, type Express } from 'express'
-import { type ColumnType, type Generated, type Kysely, sql } from 'kysely'
-import { connect } from './database.js'
+import { type ColumnType, type Generated, Kysely, PostgresDialect, sql } from 'kysely'
 import { portFromEnv, requireEnv } from './env.js'
 import type { OrderEvents, OrderStatus } from './order-events.js'
 import { serve } from './serve.js'
@@ -175,9 +174,11 @@ export function createSubscriberApp({ db, secret, allowUnsigned, logger }: Subsc
 }
 
 async function main(): Promise<void> {
-  const db = connect<SubscriberDatabase>(
-    requireEnv('DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/subscriber'),
-  )
+  // createPool: a pg.Pool a database restart cannot crash (and the one createConsumer recognises as guarded).
+  const pool = createPool({
+    connectionString: requireEnv('DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/subscriber'),
+  })
+  const db = new Kysely<SubscriberDatabase>({ dialect: new PostgresDialect({ pool }) })
   try {
     await migrateSubscriber(db)
     const secret = process.env.WEBHOOK_SECRET || undefined

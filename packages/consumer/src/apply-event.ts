@@ -8,7 +8,13 @@ import { prepareRecordEvent } from './sql/record-event.js'
 
 /** What happened to one well-formed, authentic event. */
 export type ApplyOutcome =
-  | { readonly kind: 'delivered'; readonly status: DeliveryStatus; readonly cursor?: number }
+  | {
+      readonly kind: 'delivered'
+      readonly status: DeliveryStatus
+      readonly cursor?: number
+      /** On a duplicate: the id was recorded with another payload digest. */
+      readonly payloadMismatch?: boolean
+    }
   | { readonly kind: 'gap'; readonly expected: number }
 
 /** Marks an error thrown by the application's handler, as opposed to one of ours. */
@@ -26,12 +32,18 @@ class SequenceGap extends Error {
 }
 
 const DUPLICATE: ApplyOutcome = Object.freeze({ kind: 'delivered', status: 'duplicate_ignored' })
+const MISMATCH: ApplyOutcome = Object.freeze({
+  kind: 'delivered',
+  status: 'duplicate_ignored',
+  payloadMismatch: true,
+})
 const APPLIED: ApplyOutcome = Object.freeze({ kind: 'delivered', status: 'applied' })
 
 /** Runs the transaction of one authentic, well-formed event; see {@link createApplyEvent}. */
 export type ApplyEvent = (
   event: ReceivedEvent<unknown>,
   run: (trx: Transaction<any>) => unknown,
+  digest: string,
 ) => Promise<ApplyOutcome>
 
 /**
@@ -62,7 +74,7 @@ export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
   const recordedId =
     options.defaultEnvelope === undefined ? (id: string) => id : (id: string) => id.toLowerCase()
 
-  return async (received, run) => {
+  return async (received, run, digest) => {
     const id = recordedId(received.eventId)
     const recordable = id === received.eventId ? received : { ...received, eventId: id }
     try {
@@ -72,13 +84,15 @@ export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
         .execute(async (trx): Promise<ApplyOutcome> => {
           if (recordEvent === undefined) {
             const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, schema)
-            if (!(await insertProcessedEvent(own, source, recordable))) return DUPLICATE
+            const inserted = await insertProcessedEvent(own, source, recordable, digest)
+            if (inserted !== 'recorded') return inserted === 'mismatch' ? MISMATCH : DUPLICATE
           } else {
             // receive() refuses an event without aggregate and sequence under an ordered policy.
             const event = recordable as OutboxEvent<unknown>
             const initial = initialCursor(policy, firstSequence, event.sequence)
-            const recorded = await recordEvent(trx, event, initial)
+            const recorded = await recordEvent(trx, event, initial, digest)
             if (recorded === 'duplicate') return DUPLICATE
+            if (recorded === 'mismatch') return MISMATCH
             if (recorded === 'held') {
               const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, schema)
               const verdict = await judgeHeldCursor(own, source, event, policy, firstSequence, event.sequence)

@@ -3,6 +3,7 @@ import { type EventCatalog, EventHub, type JsonValue, type UntypedCatalog } from
 import { type ExpressMiddleware, expressAdapter } from './adapters/express.js'
 import { fetchAdapter } from './adapters/fetch.js'
 import { nodeAdapter } from './adapters/node.js'
+import { createBodyGate } from './core/body-gate.js'
 import type { EnvelopeReader } from './core/envelope-reader.js'
 import { CORE, type ConsumerCore } from './core/internal.js'
 import { createReceive, type WebhookRequest } from './core/receive.js'
@@ -37,11 +38,10 @@ export interface AdapterOptions<TReq> {
  *
  * @example
  * ```ts
- * import { type Consumer, createConsumer } from '@outbox/consumer'
+ * import { type Consumer, createConsumer, createPool } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const consumer: Consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
  * const onEvent = consumer.dedupe(async (event) => console.log(event.type, event.sequence))
  * ```
@@ -138,17 +138,17 @@ function checkAdapterOptions(options: AdapterOptions<unknown> | undefined, metho
  * outcome.
  *
  * Create the pool behind `db` with {@link createPool} (or pass it through {@link guardPool}): a bare `pg.Pool`
- * lets a PostgreSQL connection cut while a handler runs (a restart, a failover) crash the process. The consumer
- * cannot check this for you — Kysely keeps its dialect's pool private — so it warns about nothing.
+ * lets a PostgreSQL connection cut while a handler runs (a restart, a failover) crash the process. Kysely keeps its
+ * dialect's pool private, so the consumer cannot check the pool itself; it warns when a PostgreSQL `db` is given in
+ * a process that has guarded no pool at all.
  *
  * @example
  * ```ts
- * import { createConsumer } from '@outbox/consumer'
+ * import { createConsumer, createPool } from '@outbox/consumer'
  * import express from 'express'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const { dedupe } = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, sequence: 'monotonic' })
  *
  * const app = express()
@@ -171,8 +171,9 @@ export function createConsumer(options: ConsumerOptions<any>): Consumer<any, Unt
   const resolved = resolveConsumerOptions(options)
   const { logger } = resolved
   const hub = new EventHub<ReceiptEventMap>(logger, 'consumer')
-  const receive = createReceive(resolved, hub)
-  const core: ConsumerCore = Object.freeze({ receive, logger })
+  const bodies = createBodyGate(resolved.maxConcurrentBodies)
+  const receive = createReceive(resolved, hub, bodies)
+  const core: ConsumerCore = Object.freeze({ receive, logger, bodies })
 
   const consumer: Consumer<any, UntypedCatalog, EnvelopeKind> & { readonly [CORE]: ConsumerCore } = {
     [CORE]: core,

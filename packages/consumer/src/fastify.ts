@@ -7,6 +7,7 @@
 import type { EventCatalog } from '@outbox/protocol'
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify'
 import { internalFailure } from './adapters/node.js'
+import { warnWithoutRequestTimeout } from './adapters/server-timeouts.js'
 import type { Consumer } from './consumer.js'
 import { CORE, type ConsumerCore } from './core/internal.js'
 import { contentTypeProblem } from './core/receive.js'
@@ -20,12 +21,11 @@ import type { WebhookResponse } from './respond.js'
  *
  * @example
  * ```ts
- * import { createConsumer } from '@outbox/consumer'
+ * import { createConsumer, createPool } from '@outbox/consumer'
  * import type { OutboxWebhooksOptions } from '@outbox/consumer/fastify'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
  * const options: OutboxWebhooksOptions = { consumer, path: '/hooks', handler: async (event) => console.log(event.type) }
  * ```
@@ -70,13 +70,12 @@ function send(reply: FastifyReply, answer: WebhookResponse): FastifyReply {
  *
  * @example
  * ```ts
- * import { createConsumer } from '@outbox/consumer'
+ * import { createConsumer, createPool } from '@outbox/consumer'
  * import { outboxWebhooks } from '@outbox/consumer/fastify'
  * import Fastify from 'fastify'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
  * const app = Fastify()
  * await app.register(outboxWebhooks, {
@@ -117,6 +116,9 @@ export async function outboxWebhooks(
     )
   }
   const { receive, logger } = core
+  // Fastify 5 never times a request out by default: a trickled body would otherwise hold its connection forever
+  // (the consumer's own deadline still answers it, and closes the connection).
+  warnWithoutRequestTimeout(logger, 'Fastify', fastify.server.requestTimeout)
   const receipt = { handler: options.handler, onError: options.onError }
 
   fastify.removeAllContentTypeParsers()

@@ -7,6 +7,21 @@ import { consoleLogger, isLogger, type Logger, safeLog } from './logger.js'
  */
 const GUARDED = Symbol.for('@outbox/consumer.guardedPool')
 
+/**
+ * How many pools this process guarded, kept on `globalThis` under a `Symbol.for` key for the same reason: every
+ * copy of the package counts into one number. `createConsumer` reads it (see {@link guardedPoolCount}).
+ */
+const COUNT = Symbol.for('@outbox/consumer.guardedPoolCount')
+
+/**
+ * How many pools {@link guardPool} has guarded in this process, by any copy of this package. Kysely keeps its
+ * dialect's pool private, so `createConsumer` cannot look at the pool behind `db`; but when the process has
+ * guarded none at all, the pool behind a PostgreSQL `db` cannot be guarded, and it says so.
+ */
+export function guardedPoolCount(): number {
+  return ((globalThis as { [COUNT]?: number })[COUNT] as number | undefined) ?? 0
+}
+
 /** What {@link guardPool} needs of a pool: pg's `Pool`, or anything with its `'error'` and `'connect'` events. */
 export interface GuardablePool {
   on(event: 'error', listener: (error: Error, client: unknown) => void): unknown
@@ -31,9 +46,10 @@ export interface GuardablePool {
  * It adds `pool.on('error', …)` and `pool.on('connect', (client) => client.on('error', …))`. Clients the pool
  * already opened get the client listener too, so a pool can be guarded after it has been used.
  *
- * `createConsumer` cannot tell whether its pool is guarded: Kysely keeps the pool of its `PostgresDialect` private,
- * so the consumer cannot look, and says nothing. Guard every pool behind a consumer with this (or create it with
- * {@link createPool}), or add the same two listeners yourself.
+ * `createConsumer` cannot look at the pool behind `db` (Kysely keeps its `PostgresDialect`'s pool private); it warns
+ * when a PostgreSQL `db` is created in a process that has guarded no pool at all, the one case it can tell. Guard
+ * every pool behind a consumer with this (or create it with {@link createPool}); a pool you guard with your own two
+ * listeners, pass through this too, so the consumer knows.
  *
  * @param logger where each lost connection is reported. @defaultValue warn/error to the console
  *
@@ -92,6 +108,7 @@ export function guardPool<P extends GuardablePool>(pool: P, logger: Logger = con
     }
   }
   Object.defineProperty(pool, GUARDED, { value: true, enumerable: false })
+  ;(globalThis as { [COUNT]?: number })[COUNT] = guardedPoolCount() + 1
   return pool
 }
 

@@ -16,7 +16,13 @@ export {
   type WebhookVerifier,
 } from './core/verifier.js'
 export { OutboxError, type OutboxErrorCode } from './errors.js'
-export { createPool, type GuardablePool, guardPool, isGuardedPool } from './guard-pool.js'
+export {
+  createPool,
+  type GuardablePool,
+  guardedPoolCount,
+  guardPool,
+  isGuardedPool,
+} from './guard-pool.js'
 export type {
   DedupeHandler,
   EnvelopeKind,
@@ -33,7 +39,10 @@ export {
 } from './metrics.js'
 export {
   type ConsumerOptions,
+  DEFAULT_BODY_TIMEOUT_MS,
+  DEFAULT_LOG_INTERVAL_MS,
   DEFAULT_MAX_BODY_BYTES,
+  DEFAULT_MAX_CONCURRENT_BODIES,
   DEFAULT_SEQUENCE_POLICY,
   DEFAULT_SOURCE,
   type ErrorListener,

@@ -56,6 +56,8 @@ const DELIVERED_CODES = {
  *   `duplicate_ignored`, `stale_ignored` or the problem code, e.g. `invalid_signature`, `sequence_gap`).
  * - `outbox_consumer_handler_duration_seconds{source}` — the application's handler, for applied events.
  * - `outbox_consumer_request_duration_seconds{source, outcome}` — arrival to answer, every request.
+ * - `outbox_consumer_payload_mismatches_total{source}` — duplicates whose id was recorded with another payload
+ *   (see `receipt:duplicate`'s `payloadMismatch`): an id reused for another event, not applied.
  *
  * Label values are bounded: sources are configured, outcomes and codes are fixed lists. prom-client is an
  * optional peer dependency, loaded only here. Several consumers may share one registry (their `source` labels
@@ -63,12 +65,11 @@ const DELIVERED_CODES = {
  *
  * @example
  * ```ts
- * import { consumerMetrics, createConsumer } from '@outbox/consumer'
+ * import { consumerMetrics, createConsumer, createPool } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  * import { Registry } from 'prom-client'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
  * const register = new Registry()
  * await consumerMetrics(consumer, { register })
@@ -118,6 +119,15 @@ export async function consumerMetrics(
       registers: [register],
     })
 
+  const mismatches =
+    existing<Counter>('payload_mismatches_total') ??
+    new client.Counter({
+      name: `${prefix}payload_mismatches_total`,
+      help: 'Duplicate event ids whose payload differed from the recorded one (answered duplicate_ignored, not applied).',
+      labelNames: ['source'],
+      registers: [register],
+    })
+
   const detach: (() => void)[] = []
   for (const name of Object.keys(OUTCOMES) as (keyof ReceiptEventMap)[]) {
     const outcome = OUTCOMES[name]
@@ -128,6 +138,8 @@ export async function consumerMetrics(
         requestDuration.observe({ source: receipt.source, outcome }, receipt.durationMs / 1000)
         if ('handlerMs' in receipt)
           handlerDuration.observe({ source: receipt.source }, receipt.handlerMs / 1000)
+        if ('payloadMismatch' in receipt && receipt.payloadMismatch)
+          mismatches.inc({ source: receipt.source })
       }),
     )
   }

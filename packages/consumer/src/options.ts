@@ -6,7 +6,7 @@ import {
   type SigningKey,
   type UntypedCatalog,
 } from '@outbox/protocol'
-import type { Kysely } from 'kysely'
+import { type Kysely, PostgresAdapter } from 'kysely'
 import { type EnvelopeReader, outboxEnvelope } from './core/envelope-reader.js'
 import {
   standardWebhooksVerifier,
@@ -15,6 +15,7 @@ import {
   type WebhookVerifier,
 } from './core/verifier.js'
 import { OutboxError } from './errors.js'
+import { guardedPoolCount } from './guard-pool.js'
 import { consoleLogger, isLogger, type Logger } from './logger.js'
 import { checkPayloadSchemas, type PayloadSchemas } from './payload-schemas.js'
 import type { Refusal } from './respond.js'
@@ -45,11 +46,10 @@ export type SequencePolicy = 'monotonic' | 'strict' | 'off'
  *
  * @example
  * ```ts
- * import { createConsumer } from '@outbox/consumer'
+ * import { createConsumer, createPool } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const { dedupe } = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, sequence: 'strict', firstSequence: 'any' })
  * ```
  */
@@ -61,12 +61,12 @@ export type FirstSequence = 1 | 'any'
  *
  * @example
  * ```ts
+ * import { createPool } from '@outbox/consumer'
  * import type { ConsumerOptions } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
  * const options: ConsumerOptions = {
- *   db: new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) }),
+ *   db: new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) }),
  *   secret: [process.env.WEBHOOK_SECRET_NEW ?? '', process.env.WEBHOOK_SECRET_OLD ?? ''],
  *   sequence: 'monotonic',
  *   maxBodyBytes: 2 * 1024 * 1024,
@@ -130,6 +130,23 @@ export interface ConsumerOptions<DB = any, Catalog extends EventCatalog = Untype
   readonly source?: string
   /** Largest accepted body in bytes, enforced while reading. @defaultValue 1048576 (1 MiB) */
   readonly maxBodyBytes?: number
+  /**
+   * Longest time a request's body may take to arrive once the consumer starts reading it: a client trickling its
+   * body is answered 408 `request_timeout` and its connection closed. Holds under every adapter, whatever the
+   * server's own timeouts. @defaultValue 10000
+   */
+  readonly bodyTimeoutMs?: number
+  /**
+   * Most bodies read at once by this consumer: a request arriving while that many are being read is answered 503
+   * `server_busy` with `Retry-After` and its connection closed, unread. Bounds the memory bodies in transit hold to
+   * `maxBodyBytes` × this. @defaultValue 64
+   */
+  readonly maxConcurrentBodies?: number
+  /**
+   * Refusals (4xx) are logged at `warn` at most once per problem code per this interval, with the `count` of
+   * refusals the line stands for; each request's own line is at `debug`. @defaultValue 10000
+   */
+  readonly logIntervalMs?: number
   /** Accepted distance between `webhook-timestamp` and this server's clock, either way. @defaultValue 300 */
   readonly toleranceSeconds?: number
   /** Where refusals, failures and (at debug) outcomes are logged. @defaultValue warn/error to the console */
@@ -179,6 +196,9 @@ export interface ResolvedConsumerOptions {
   readonly schema: string
   readonly source: string
   readonly maxBodyBytes: number
+  readonly bodyTimeoutMs: number
+  readonly maxConcurrentBodies: number
+  readonly logIntervalMs: number
   readonly toleranceSeconds: number
   readonly logger: Logger
   readonly onError: ErrorListener<unknown> | undefined
@@ -194,6 +214,40 @@ export interface ResolvedConsumerOptions {
  * ```
  */
 export const DEFAULT_MAX_BODY_BYTES = 1_048_576
+
+/**
+ * Default `bodyTimeoutMs`: 10 s, ample for a 1 MiB body on any working link, far below Node's 300 s
+ * `requestTimeout` (and Fastify's none).
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_BODY_TIMEOUT_MS } from '@outbox/consumer'
+ * const bodyTimeoutMs = 3 * DEFAULT_BODY_TIMEOUT_MS // a sender on a slow link
+ * ```
+ */
+export const DEFAULT_BODY_TIMEOUT_MS = 10_000
+
+/**
+ * Default `maxConcurrentBodies`: 64 bodies, so at most 64 MiB in transit under the default `maxBodyBytes`.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT_BODIES } from '@outbox/consumer'
+ * console.log(DEFAULT_MAX_BODY_BYTES * DEFAULT_MAX_CONCURRENT_BODIES) // bytes bodies may hold at most
+ * ```
+ */
+export const DEFAULT_MAX_CONCURRENT_BODIES = 64
+
+/**
+ * Default `logIntervalMs`: one `warn` line per refusal code per 10 s.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_LOG_INTERVAL_MS } from '@outbox/consumer'
+ * console.log(DEFAULT_LOG_INTERVAL_MS) // 10000
+ * ```
+ */
+export const DEFAULT_LOG_INTERVAL_MS = 10_000
 
 /**
  * Default sequence policy.
@@ -235,6 +289,9 @@ const KNOWN_OPTIONS = [
   'schema',
   'source',
   'maxBodyBytes',
+  'bodyTimeoutMs',
+  'maxConcurrentBodies',
+  'logIntervalMs',
   'toleranceSeconds',
   'logger',
   'onError',
@@ -243,6 +300,12 @@ const POLICIES: readonly SequencePolicy[] = ['monotonic', 'strict', 'off']
 
 function invalid(option: string, message: string): OutboxError {
   return new OutboxError('ERR_OUTBOX_INVALID_OPTION', `createConsumer: ${message}`, { option })
+}
+
+/** Whether `db` runs on PostgreSQL (Kysely's PostgreSQL adapter, from this copy of Kysely or another). */
+function isPostgres(db: Kysely<any>): boolean {
+  const adapter = (db as { getExecutor?: () => { adapter?: unknown } }).getExecutor?.().adapter
+  return adapter instanceof PostgresAdapter || adapter?.constructor?.name === 'PostgresAdapter'
 }
 
 /** Throws unless `value` looks like a Kysely instance that can open transactions. */
@@ -396,6 +459,19 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
       `\`maxBodyBytes\` must be a positive whole number of bytes (got ${String(maxBodyBytes)})`,
     )
   }
+  const positiveWhole = (
+    option: 'bodyTimeoutMs' | 'maxConcurrentBodies' | 'logIntervalMs',
+    fallback: number,
+  ) => {
+    const value = options[option] ?? fallback
+    if (!Number.isSafeInteger(value) || value < 1) {
+      throw invalid(option, `\`${option}\` must be a positive whole number (got ${String(value)})`)
+    }
+    return value
+  }
+  const bodyTimeoutMs = positiveWhole('bodyTimeoutMs', DEFAULT_BODY_TIMEOUT_MS)
+  const maxConcurrentBodies = positiveWhole('maxConcurrentBodies', DEFAULT_MAX_CONCURRENT_BODIES)
+  const logIntervalMs = positiveWhole('logIntervalMs', DEFAULT_LOG_INTERVAL_MS)
   const toleranceSeconds = options.toleranceSeconds ?? DEFAULT_SIGNATURE_TOLERANCE_SECONDS
   if (typeof toleranceSeconds !== 'number' || !Number.isFinite(toleranceSeconds) || toleranceSeconds <= 0) {
     throw invalid(
@@ -418,6 +494,14 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     logger.warn(
       { maxBodyBytes },
       'maxBodyBytes is below the producer default payload limit (256 KiB): larger events will get 413',
+    )
+  }
+  if (isPostgres(db) && guardedPoolCount() === 0) {
+    // A connection cut while a handler holds it would end the process; Kysely hides the pool, but a process that
+    // guarded none cannot have guarded this one.
+    logger.warn(
+      {},
+      "the PostgreSQL pool behind `db` is not guarded: a database restart, failover or terminated backend while a handler runs will crash the process (pg emits 'error' on the checked-out client). Create it with createPool(…) from @outbox/consumer, or pass it through guardPool(pool)",
     )
   }
   if (options.allowUnsigned === true) {
@@ -446,6 +530,9 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     schema: checkSchema(options.schema, 'createConsumer'),
     source,
     maxBodyBytes,
+    bodyTimeoutMs,
+    maxConcurrentBodies,
+    logIntervalMs,
     toleranceSeconds,
     logger,
     onError: options.onError,

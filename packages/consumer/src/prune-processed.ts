@@ -139,11 +139,10 @@ function positiveInteger(value: unknown, name: string, fallback: number, allowZe
  *
  * @example
  * ```ts
- * import { pruneProcessed } from '@outbox/consumer'
+ * import { createPool, pruneProcessed } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const { removed, caughtUp } = await pruneProcessed(db, { retention: '30d', batchSize: 5000, pauseMs: 50 })
  * console.log(`pruned ${removed} ids${caughtUp ? '' : ', more to do'}`)
  * ```

@@ -21,11 +21,10 @@ export interface ReceiptRef {
  *
  * @example
  * ```ts
- * import { createConsumer } from '@outbox/consumer'
+ * import { createConsumer, createPool } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
  * consumer.on('receipt:failed', ({ eventId, error }) => console.error('webhook failed', eventId, error))
  * ```
@@ -39,12 +38,21 @@ export interface ReceiptEventMap {
     readonly durationMs: number
   }
   /** The event id was already recorded: `200 duplicate_ignored`, the handler did not run. */
-  'receipt:duplicate': ReceiptRef & { readonly durationMs: number }
+  'receipt:duplicate': ReceiptRef & {
+    /**
+     * True when the id was recorded with another payload (type, aggregate, sequence or data differ from the first
+     * delivery's): the same id reused for another event, whose payload was not applied. Also counted by
+     * `outbox_consumer_payload_mismatches_total` and logged at `warn`.
+     */
+    readonly payloadMismatch: boolean
+    readonly durationMs: number
+  }
   /** A later event of the aggregate was applied already: `200 stale_ignored`, recorded, the handler did not run. */
   'receipt:stale': ReceiptRef & { readonly cursor: number | undefined; readonly durationMs: number }
   /**
-   * A 4xx: the request was not a webhook this consumer accepts (signature, envelope, size, method, payload schema)
-   * or, with 409 `sequence_gap`, arrived before an earlier event of its aggregate. Nothing was recorded.
+   * A 4xx: the request was not a webhook this consumer accepts (signature, envelope, size, method, payload schema),
+   * its body arrived too slowly (408 `request_timeout`) or, with 409 `sequence_gap`, it arrived before an earlier
+   * event of its aggregate; or a 503 `server_busy`: too many bodies were in transit. Nothing was recorded.
    */
   'receipt:refused': ReceiptRef & {
     readonly status: number

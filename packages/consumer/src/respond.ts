@@ -13,11 +13,10 @@ import {
  *
  * @example
  * ```ts
- * import { createConsumer, type Refusal } from '@outbox/consumer'
+ * import { createConsumer, createPool, type Refusal } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const onError = (refused: Refusal) => {
  *   if (refused.status >= 500) console.error(refused.code, refused.eventId, refused.cause)
  * }
@@ -57,7 +56,10 @@ export interface Refusal {
  */
 export interface WebhookResponse {
   readonly status: number
-  /** Lower-case names; `content-type`, `content-length` and `cache-control` always, `allow` on a 405. */
+  /**
+   * Lower-case names; `content-type`, `content-length` and `cache-control` always, `allow` on a 405, `retry-after`
+   * on a 503.
+   */
   readonly headers: Readonly<Record<string, string>>
   /** JSON text: `{"status":…,"eventId":…}` on a 200, an RFC 9457 problem document otherwise. */
   readonly body: string
@@ -85,6 +87,8 @@ export function problemResponse(refused: Refusal, closeConnection: boolean): Web
     'cache-control': 'no-store',
   }
   if (refused.status === 405) headers.allow = 'POST'
+  // A 503 is a moment of overload, never the event's fault: the sender may come back in a second.
+  if (refused.status === 503) headers['retry-after'] = '1'
   return { status: refused.status, headers, body, closeConnection }
 }
 

@@ -30,6 +30,11 @@ export interface ProcessedEventsTable {
   sequence: string | number | null
   type: string
   received_at: Generated<Date>
+  /**
+   * sha256 (hex) of the event as its envelope reader produced it (type, aggregate, sequence, data), to tell a
+   * retry from the same id with another payload; NULL for rows recorded before migration 0004.
+   */
+  payload_digest?: string | null
 }
 
 /**
@@ -57,11 +62,11 @@ export interface ConsumerCursorsTable {
  *
  * @example
  * ```ts
+ * import { createPool } from '@outbox/consumer'
  * import type { ConsumerDatabase } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<ConsumerDatabase>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<ConsumerDatabase>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const cursors = await db.selectFrom('consumer_cursors').selectAll().execute()
  * ```
  */
@@ -146,11 +151,10 @@ function migrations(schema: string | undefined): Record<string, Migration> {
  *
  * @example
  * ```ts
- * import { migrate } from '@outbox/consumer'
+ * import { createPool, migrate } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * await migrate(db)                          // tables in the search_path (usually public)
  * await migrate(db, { schema: 'webhooks' })  // or in a schema of their own
  * ```

@@ -218,7 +218,7 @@ describe('judgeSequence (the policy table)', () => {
           firstSequence: first,
         })
         const event = makeEvent({ aggregateType: 'property', aggregateId, sequence: s })
-        const result = await recordEvent(t.db, event, initialCursor(policy, first, s))
+        const result = await recordEvent(t.db, event, initialCursor(policy, first, s), 'digest')
 
         const applies = judgeSequence(policy, first, c, s).kind === 'apply'
         if (applies) applied++
@@ -238,7 +238,7 @@ describe('judgeSequence (the policy table)', () => {
       firstSequence: 1,
     })
     const event = makeEvent({ aggregateId: 'unknown-policy' })
-    await expect(recordEvent(t.db, event, 0)).rejects.toMatchObject({ code: '22023' })
+    await expect(recordEvent(t.db, event, 0, 'digest')).rejects.toMatchObject({ code: '22023' })
     expect(await recorded(t.db, event)).toEqual({ processed: 0, effects: 0, cursor: undefined })
   })
 })

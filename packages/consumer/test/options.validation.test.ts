@@ -2,8 +2,9 @@ import { randomBytes } from 'node:crypto'
 import type { OutboxEvent } from '@outbox/protocol'
 import { useTestDatabase } from '@outbox/test-harness'
 import type { Transaction } from 'kysely'
+import pg from 'pg'
 import { describe, expect, expectTypeOf, it } from 'vitest'
-import { type ConsumerOptions, createConsumer, OutboxError } from '../src/index.js'
+import { type ConsumerOptions, createConsumer, guardPool, OutboxError } from '../src/index.js'
 import { resolveConsumerOptions } from '../src/options.js'
 import { newSecret, quiet, recordingLogger } from './support.js'
 
@@ -127,6 +128,7 @@ describe('createConsumer checks its options once, with messages that say what to
   })
 
   it('warns once at creation when there is no secret, or when the body limit is below the producer default', () => {
+    guardPool(new pg.Pool()) // the process has a guarded pool: the unguarded-pool warning is another test's
     const logger = recordingLogger()
     createConsumer({ db: t.db, allowUnsigned: true, logger, maxBodyBytes: 1000 })
     expect(logger.lines.map((line) => line.level)).toEqual(['warn', 'warn'])

@@ -76,6 +76,7 @@ describe('migrate', () => {
       '0001_processed_events_and_cursors',
       '0002_record_event_function',
       '0003_source_keys',
+      '0004_payload_digest',
     ])
     expect(producerRuns.length).toBeGreaterThan(0)
     // neither package's bookkeeping mentions the other's migrations
@@ -115,10 +116,11 @@ describe('migrate', () => {
         'processed_events',
       ].sort(),
     )
-    // The new signature and 0002's, kept as a wrapper for the previous version.
+    // The new signature, 0003's (kept for the previous version) and 0002's (kept as a wrapper for the one before).
     expect((await functionsOf('hooks')).map((fn) => fn.slice(0, fn.indexOf(')') + 1))).toEqual([
       'outbox_record_event(p_event_id uuid, p_aggregate_type text, p_aggregate_id text, p_sequence bigint, p_type text, p_policy text, p_first_sequence text, p_initial_cursor bigint)',
       'outbox_record_event(p_source text, p_event_id text, p_aggregate_type text, p_aggregate_id text, p_sequence bigint, p_type text, p_policy text, p_first_sequence text, p_initial_cursor bigint)',
+      'outbox_record_event(p_source text, p_event_id text, p_aggregate_type text, p_aggregate_id text, p_sequence bigint, p_type text, p_policy text, p_first_sequence text, p_initial_cursor bigint, p_digest text)',
     ])
 
     const { dedupe } = createConsumer({
@@ -163,6 +165,9 @@ describe('migrate', () => {
       await sql`DROP FUNCTION IF EXISTS outbox_record_event(text, text, text, text, bigint, text, text, text, bigint)`.execute(
         trx,
       )
+      await sql`DROP FUNCTION IF EXISTS outbox_record_event(text, text, text, text, bigint, text, text, text, bigint, text)`.execute(
+        trx,
+      )
       await sql`DROP TABLE IF EXISTS processed_events, consumer_cursors, outbox_consumer_migration, outbox_consumer_migration_lock`.execute(
         trx,
       )
@@ -189,7 +194,7 @@ describe('consumerMigrationSql', () => {
       expect(await indexesOf('by_sql', table)).toEqual(await indexesOf('public', table))
     }
     expect(await functionsOf('by_sql')).toEqual(await functionsOf('public'))
-    expect(await functionsOf('by_sql')).toHaveLength(2)
+    expect(await functionsOf('by_sql')).toHaveLength(3)
     expect(await tablesIn('by_sql')).not.toContain(CONSUMER_MIGRATION_TABLE)
   })
 
@@ -215,13 +220,13 @@ describe('consumerMigrationSql', () => {
   })
 })
 
-describe('a schema migrated by an older consumer (no outbox_record_event taking a source)', () => {
+describe('a schema migrated by an older consumer (no outbox_record_event taking a digest)', () => {
   it('answers 500 without internals, tells the logger and onError to migrate, and works once migrated', async () => {
     await migrate(t.db, { schema: 'old' })
-    await sql`DROP FUNCTION old.outbox_record_event(text, text, text, text, bigint, text, text, text, bigint)`.execute(
+    await sql`DROP FUNCTION old.outbox_record_event(text, text, text, text, bigint, text, text, text, bigint, text)`.execute(
       t.db,
     )
-    await sql`DELETE FROM old.outbox_consumer_migration WHERE name = '0003_source_keys'`.execute(t.db)
+    await sql`DELETE FROM old.outbox_consumer_migration WHERE name = '0004_payload_digest'`.execute(t.db)
     const logger = recordingLogger()
     const { refusals, onError } = refusalRecorder()
     const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, schema: 'old', logger, onError })

@@ -6,6 +6,7 @@ export const PROBLEMS = Object.freeze({
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   unsupported_media_type: { status: 415, title: 'Unsupported media type' },
   payload_too_large: { status: 413, title: 'Payload too large' },
+  request_timeout: { status: 408, title: 'Request body too slow' },
   missing_signature: { status: 401, title: 'Missing signature' },
   invalid_signature: { status: 401, title: 'Invalid signature' },
   timestamp_out_of_window: { status: 401, title: 'Timestamp out of window' },
@@ -17,6 +18,7 @@ export const PROBLEMS = Object.freeze({
   sequence_gap: { status: 409, title: 'Waiting for an earlier sequence' },
   handler_failed: { status: 500, title: 'Handler failed' },
   body_already_parsed: { status: 500, title: 'Body already parsed' },
+  server_busy: { status: 503, title: 'Too many bodies in transit' },
 } as const)
 
 /** One of the stable problem codes. */

@@ -15,6 +15,8 @@ import {
 const EXPECTED_STATUS: Record<ProblemCode, number> = {
   unsupported_media_type: 415,
   payload_too_large: 413,
+  request_timeout: 408,
+  server_busy: 503,
   missing_signature: 401,
   invalid_signature: 401,
   timestamp_out_of_window: 401,

@@ -6,6 +6,7 @@ import type { ExpressRequest } from '../handler.js'
 import type { Logger } from '../logger.js'
 import { refusal } from '../respond.js'
 import { internalFailure, writeNodeResponse } from './node.js'
+import { onceCheckNodeServer } from './server-timeouts.js'
 
 /**
  * An Express (4 or 5) middleware, typed structurally so the consumer's types need nothing of Express installed:
@@ -55,7 +56,9 @@ export function expressAdapter(
   logger: Logger,
   receipt: Omit<Receipt<ExpressRequest>, 'context' | 'mountingProblem'>,
 ): ExpressMiddleware {
+  const checkServer = onceCheckNodeServer(logger)
   return (req, res, next) => {
+    checkServer(req)
     let body: BodySource | null = req
     let mountingProblem: ReturnType<typeof refusal> | undefined
     if (Buffer.isBuffer(req.body)) body = req.body

@@ -3,6 +3,7 @@ import type { Receipt, Receive } from '../core/receive.js'
 import type { Logger } from '../logger.js'
 import { safeLog } from '../logger.js'
 import { problemResponse, refusal, type WebhookResponse } from '../respond.js'
+import { onceCheckNodeServer } from './server-timeouts.js'
 
 /**
  * Writes a consumer's answer with Node's own response API (no framework helper, so the bytes are the same under
@@ -39,7 +40,9 @@ export function nodeAdapter<TReq extends IncomingMessage>(
   logger: Logger,
   receipt: Omit<Receipt<TReq>, 'context'>,
 ): (req: TReq, res: ServerResponse) => void {
+  const checkServer = onceCheckNodeServer(logger)
   return (req, res) => {
+    checkServer(req)
     receive(
       { method: req.method ?? 'GET', headers: req.headers, body: req },
       { ...receipt, context: req },

@@ -1,4 +1,5 @@
 import type { Logger } from '../logger.js'
+import type { BodyGate } from './body-gate.js'
 import type { Receive } from './receive.js'
 
 /**
@@ -11,4 +12,6 @@ export const CORE = Symbol('outbox.consumer.core')
 export interface ConsumerCore {
   readonly receive: Receive
   readonly logger: Logger
+  /** The consumer's bodies in transit (the bound and the bytes they hold), shared by every adapter. */
+  readonly bodies: BodyGate
 }

@@ -23,8 +23,44 @@ export type BodySource = Uint8Array | AsyncIterable<Uint8Array | string> | Reada
 export type ReadBodyResult =
   | { readonly ok: true; readonly body: Uint8Array }
   | { readonly ok: false; readonly reason: 'too_large'; readonly unread: boolean }
+  | { readonly ok: false; readonly reason: 'timeout' }
   | { readonly ok: false; readonly reason: 'aborted'; readonly error?: unknown }
   | { readonly ok: false; readonly reason: 'consumed' }
+
+/**
+ * How {@link readBody} reads: `limitBytes` (past it: `too_large`), `timeoutMs` (the whole body must have arrived
+ * by then: `timeout`, the rest left unread) and `onBytes`, told of every chunk kept (`+n`) and of them all again
+ * (`-n`) once the read ended, whatever its outcome — what the core counts as the memory bodies in transit hold.
+ */
+export interface ReadBodyOptions {
+  readonly limitBytes: number
+  readonly timeoutMs: number
+  readonly onBytes?: ((delta: number) => void) | undefined
+}
+
+/** Fires once when the body's time is up; `clear` when the read ended first. */
+interface Deadline {
+  readonly expired: Promise<'timeout'>
+  onExpire(listener: () => void): void
+  clear(): void
+}
+
+function deadline(timeoutMs: number): Deadline {
+  let fire: () => void = () => {}
+  const listeners: (() => void)[] = []
+  const expired = new Promise<'timeout'>((resolve) => {
+    fire = () => {
+      resolve('timeout')
+      for (const listener of listeners.splice(0)) listener()
+    }
+  })
+  const timer = setTimeout(fire, timeoutMs)
+  return {
+    expired,
+    onExpire: (listener) => listeners.push(listener),
+    clear: () => clearTimeout(timer),
+  }
+}
 
 const EMPTY = new Uint8Array(0)
 const encoder = new TextEncoder()
@@ -49,7 +85,12 @@ function concat(chunks: readonly Uint8Array[], length: number): Uint8Array {
  * stops listening and pauses the stream WITHOUT draining it: the caller answers 413 and closes the connection, so
  * a client cannot keep uploading into a refused request.
  */
-function readNodeStream(stream: Readable, limitBytes: number): Promise<ReadBodyResult> {
+function readNodeStream(
+  stream: Readable,
+  limitBytes: number,
+  time: Deadline,
+  count: (delta: number) => void,
+): Promise<ReadBodyResult> {
   // Read from before, or ended: its 'end' would never come again, and waiting for it would hang the request.
   if (stream.readableDidRead || stream.readableEnded)
     return Promise.resolve({ ok: false, reason: 'consumed' })
@@ -68,24 +109,46 @@ function readNodeStream(stream: Readable, limitBytes: number): Promise<ReadBodyR
       stream.off('error', onError)
       resolve(result)
     }
+    let kept = 0
+    const drop = () => {
+      count(-kept)
+      kept = 0
+      chunks.length = 0
+    }
     const onData = (chunk: Buffer | string) => {
       const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
       received += bytes.length
       if (received > limitBytes) {
-        chunks.length = 0
+        drop()
         stream.pause()
         settle({ ok: false, reason: 'too_large', unread: true })
         return
       }
+      kept += bytes.length
+      count(bytes.length)
       chunks.push(bytes)
     }
-    const onEnd = () => settle({ ok: true, body: chunks.length === 0 ? EMPTY : concat(chunks, received) })
+    // Past the deadline the stream is left paused and unread, like a body past the limit: the answer closes it.
+    time.onExpire(() => {
+      if (settled) return
+      drop()
+      stream.pause()
+      settle({ ok: false, reason: 'timeout' })
+    })
+    const onEnd = () => {
+      if (!settled) count(-kept) // read in full: no longer in transit
+      settle({ ok: true, body: chunks.length === 0 ? EMPTY : concat(chunks, received) })
+    }
     const onClose = () => {
       if ((stream as { complete?: boolean }).complete === false || !stream.readableEnded) {
+        if (!settled) drop()
         settle({ ok: false, reason: 'aborted' })
       }
     }
-    const onError = (error: unknown) => settle({ ok: false, reason: 'aborted', error })
+    const onError = (error: unknown) => {
+      if (!settled) drop()
+      settle({ ok: false, reason: 'aborted', error })
+    }
     // A permanent no-op listener: a stream that errors after we stopped listening must not crash the process.
     stream.on('error', ignore)
     stream.on('data', onData)
@@ -95,83 +158,110 @@ function readNodeStream(stream: Readable, limitBytes: number): Promise<ReadBodyR
   })
 }
 
-async function readWebStream(
-  stream: ReadableStream<Uint8Array>,
+/**
+ * Reads chunks from `next` until it is done, the limit is passed or the deadline fires (then `stop` is called to
+ * give the source up). Shared by web streams and async iterables.
+ */
+async function readChunks(
+  next: () => Promise<IteratorResult<Uint8Array | string>>,
+  stop: () => void,
   limitBytes: number,
+  time: Deadline,
+  count: (delta: number) => void,
 ): Promise<ReadBodyResult> {
-  // A stream another reader holds (a body read with request.json()) cannot be read again.
-  if (stream.locked) return { ok: false, reason: 'consumed' }
-  const reader = stream.getReader()
   const chunks: Uint8Array[] = []
   let received = 0
-  try {
-    for (;;) {
-      const { done, value } = await reader.read()
-      if (done) break
-      received += value.byteLength
-      if (received > limitBytes) {
-        reader.cancel().catch(ignore)
-        return { ok: false, reason: 'too_large', unread: true }
-      }
-      chunks.push(value)
-    }
-  } catch (error) {
-    return { ok: false, reason: 'aborted', error }
+  const fail = (result: ReadBodyResult): ReadBodyResult => {
+    count(-received)
+    stop()
+    return result
   }
-  return { ok: true, body: chunks.length === 0 ? EMPTY : concat(chunks, received) }
-}
-
-async function readIterable(
-  source: AsyncIterable<Uint8Array | string>,
-  limitBytes: number,
-): Promise<ReadBodyResult> {
-  const iterator = source[Symbol.asyncIterator]()
-  const chunks: Uint8Array[] = []
-  let received = 0
   try {
     for (;;) {
-      const { done, value } = await iterator.next()
-      if (done) break
-      const bytes = typeof value === 'string' ? encoder.encode(value) : value
-      received += bytes.byteLength
-      if (received > limitBytes) {
-        Promise.resolve(iterator.return?.()).catch(ignore)
-        return { ok: false, reason: 'too_large', unread: true }
+      const step = await Promise.race([next(), time.expired])
+      if (step === 'timeout') return fail({ ok: false, reason: 'timeout' })
+      if (step.done) break
+      const bytes = typeof step.value === 'string' ? encoder.encode(step.value) : step.value
+      if (received + bytes.byteLength > limitBytes) {
+        return fail({ ok: false, reason: 'too_large', unread: true })
       }
+      received += bytes.byteLength
+      count(bytes.byteLength)
       chunks.push(bytes)
     }
   } catch (error) {
+    count(-received)
     return { ok: false, reason: 'aborted', error }
   }
+  count(-received) // read in full: no longer in transit
   return { ok: true, body: chunks.length === 0 ? EMPTY : concat(chunks, received) }
+}
+
+function readWebStream(
+  stream: ReadableStream<Uint8Array>,
+  limitBytes: number,
+  time: Deadline,
+  count: (delta: number) => void,
+): Promise<ReadBodyResult> {
+  // A stream another reader holds (a body read with request.json()) cannot be read again.
+  if (stream.locked) return Promise.resolve({ ok: false, reason: 'consumed' })
+  const reader = stream.getReader()
+  const next = () => reader.read()
+  return readChunks(next, () => void reader.cancel().catch(ignore), limitBytes, time, count)
+}
+
+function readIterable(
+  source: AsyncIterable<Uint8Array | string>,
+  limitBytes: number,
+  time: Deadline,
+  count: (delta: number) => void,
+): Promise<ReadBodyResult> {
+  const iterator = source[Symbol.asyncIterator]()
+  const stop = () => {
+    try {
+      Promise.resolve(iterator.return?.()).catch(ignore)
+    } catch {
+      // a generator still running cannot be returned from; it is left to the closed connection
+    }
+  }
+  return readChunks(() => iterator.next(), stop, limitBytes, time, count)
 }
 
 /**
  * Reads a {@link BodySource} into one `Uint8Array`, refusing it as soon as it passes `limitBytes`: a huge or
- * endless body is never held in memory. A client that disconnects or a stream that errors resolves as `aborted`,
- * a source something else read before as `consumed`. Never throws.
+ * endless body is never held in memory. A body still arriving after `timeoutMs` resolves as `timeout` and is given
+ * up (a client trickling bytes holds neither memory nor a connection past that). A client that disconnects or a
+ * stream that errors resolves as `aborted`, a source something else read before as `consumed`. Never throws.
  */
-export function readBody(source: BodySource | null | undefined, limitBytes: number): Promise<ReadBodyResult> {
-  if (source === null || source === undefined) return Promise.resolve({ ok: true, body: EMPTY })
+export async function readBody(
+  source: BodySource | null | undefined,
+  options: ReadBodyOptions,
+): Promise<ReadBodyResult> {
+  const { limitBytes, timeoutMs } = options
+  const count = options.onBytes ?? ignore
+  if (source === null || source === undefined) return { ok: true, body: EMPTY }
   if (source instanceof Uint8Array) {
-    return Promise.resolve(
-      source.byteLength > limitBytes
-        ? { ok: false, reason: 'too_large', unread: false }
-        : { ok: true, body: source },
-    )
+    return source.byteLength > limitBytes
+      ? { ok: false, reason: 'too_large', unread: false }
+      : { ok: true, body: source }
   }
-  if (isNodeReadable(source)) return readNodeStream(source, limitBytes)
-  if (typeof (source as ReadableStream).getReader === 'function') {
-    return readWebStream(source as ReadableStream<Uint8Array>, limitBytes)
+  const time = deadline(timeoutMs)
+  try {
+    if (isNodeReadable(source)) return await readNodeStream(source, limitBytes, time, count)
+    if (typeof (source as ReadableStream).getReader === 'function') {
+      return await readWebStream(source as ReadableStream<Uint8Array>, limitBytes, time, count)
+    }
+    if (typeof (source as AsyncIterable<Uint8Array>)[Symbol.asyncIterator] === 'function') {
+      return await readIterable(source as AsyncIterable<Uint8Array | string>, limitBytes, time, count)
+    }
+  } finally {
+    time.clear()
   }
-  if (typeof (source as AsyncIterable<Uint8Array>)[Symbol.asyncIterator] === 'function') {
-    return readIterable(source as AsyncIterable<Uint8Array | string>, limitBytes)
-  }
-  return Promise.resolve({
+  return {
     ok: false,
     reason: 'aborted',
     error: new TypeError(
       'request.body must be a Uint8Array, an async iterable of chunks or a ReadableStream',
     ),
-  })
+  }
 }

@@ -13,6 +13,9 @@ import {
   refusal,
   type WebhookResponse,
 } from '../respond.js'
+import { createAggregatedLog } from './aggregated-log.js'
+import type { BodyGate } from './body-gate.js'
+import { envelopeDigest } from './envelope-digest.js'
 import { checkReceivedEvent, type EnvelopeResult, isEnvelopeRefusal } from './envelope-reader.js'
 import { type HeaderInput, type WebhookHeaders, webhookHeaders } from './headers.js'
 import { type BodySource, readBody } from './read-body.js'
@@ -134,17 +137,27 @@ const utf8 = new TextDecoder('utf-8', { fatal: true })
  * 2. transport, on headers alone: JSON content type (415), no compression (415), an announced length within
  *    `maxBodyBytes` (413);
  * 3. the verifier's header check (401) — still before a byte of the body is read;
- * 4. the body, read up to `maxBodyBytes` (413 the moment it passes; 500 `body_already_parsed` when something
+ * 4. the body, in one of `maxConcurrentBodies` reading slots (all taken: 503 `server_busy` with `Retry-After`),
+ *    within `bodyTimeoutMs` (408 `request_timeout` when it has not all arrived by then), read up to
+ *    `maxBodyBytes` (413 the moment it passes; 500 `body_already_parsed` when something
  *    else read it first);
  * 5. the signature over the exact bytes (401); JSON (400); the envelope and, for this project's relay, the
  *    id and sequence headers (400); what the sequence policy needs (400); the payload schema (422);
  * 6. the transaction: record the id (duplicate → `200 duplicate_ignored`), judge and advance the cursor
  *    (`stale_ignored`, or 409 `sequence_gap` under `'strict'`), run the handler → `200 applied`; a handler or
  *    database failure rolls everything back → 500 `handler_failed`, retried by the sender.
- * Any refusal answered before the body was fully read asks the server to close the connection.
+ * Any refusal answered before the body was fully read asks the server to close the connection. A refusal (4xx) is
+ * logged at `debug` per request and at `warn` once per code per `logIntervalMs`, with a count.
  */
-export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<ReceiptEventMap>): Receive {
-  const { logger, source, verifier, envelope, maxBodyBytes, sequence: policy } = options
+export function createReceive(
+  options: ResolvedConsumerOptions,
+  hub: EventHub<ReceiptEventMap>,
+  gate: BodyGate,
+): Receive {
+  const { logger, source, verifier, envelope, maxBodyBytes, bodyTimeoutMs, sequence: policy } = options
+  // A flood of refusals (an unauthenticated client in a loop) is one warn line per code per interval, counted.
+  const aggregated = createAggregatedLog(logger, options.logIntervalMs)
+  const readOptions = { limitBytes: maxBodyBytes, timeoutMs: bodyTimeoutMs, onBytes: gate.count }
   const applyEvent = createApplyEvent(options)
   // The default logger drops debug lines: then the per-delivery outcome line is not even built.
   const logsOutcomes = logger.debug !== consoleLogger.debug
@@ -177,7 +190,8 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
 
     const refuse = (refused: Refusal): WebhookResponse => {
       const withId = refused.eventId === undefined ? { ...refused, eventId: headerEventId(headers) } : refused
-      const failed = withId.status >= 500
+      // Too many bodies at once is load, not a failure of ours: logged and reported with the refusals.
+      const failed = withId.status >= 500 && withId.code !== 'server_busy'
       const meta = {
         status: withId.status,
         code: withId.code,
@@ -189,7 +203,12 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
         sequence: withId.sequence,
         ...(withId.cause === undefined ? {} : { error: describe(withId.cause) }),
       }
-      safeLog(logger, failed ? 'error' : 'warn', meta, `webhook refused: ${withId.code}`)
+      if (failed) safeLog(logger, 'error', meta, `webhook refused: ${withId.code}`)
+      else {
+        safeLog(logger, 'debug', meta, 'webhook request refused')
+        const summary = { status: withId.status, code: withId.code, detail: withId.detail, source }
+        aggregated('warn', withId.code, summary, `webhook refused: ${withId.code}`)
+      }
       for (const onError of [options.onError, receipt.onError]) {
         if (onError === undefined) continue
         try {
@@ -250,8 +269,31 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
       if (failure !== undefined) return refuse(refusal(failure, SIGNATURE_DETAILS[failure]))
     }
 
-    const read = await readBody(request.body, maxBodyBytes)
+    // A streamed body takes one of the consumer's reading slots: past them, the request is turned away unread, so
+    // what bodies in transit hold stays within maxBodyBytes × maxConcurrentBodies however many clients trickle.
+    const streamed = unread
+    if (streamed && !gate.enter()) {
+      return refuse(
+        refusal(
+          'server_busy',
+          `${options.maxConcurrentBodies} request bodies are being read already; retry shortly`,
+        ),
+      )
+    }
+    let read: Awaited<ReturnType<typeof readBody>>
+    try {
+      read = await readBody(request.body, readOptions)
+    } finally {
+      if (streamed) gate.leave()
+    }
     if (!read.ok) {
+      if (read.reason === 'timeout') {
+        return refuse(
+          refusal('request_timeout', `the body did not arrive within ${bodyTimeoutMs} ms`, {
+            extensions: { timeoutMs: bodyTimeoutMs },
+          }),
+        )
+      }
       if (read.reason === 'too_large') {
         unread = read.unread
         return tooLarge()
@@ -327,6 +369,9 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
       )
     }
 
+    // Over the event as the reader produced it, before a schema may transform its data (see envelope-digest.ts).
+    const digest = envelopeDigest(event)
+
     if (options.schemas !== undefined) {
       let checked: PayloadCheck
       try {
@@ -359,14 +404,18 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
     let handlerMs = 0
     let outcome: ApplyOutcome
     try {
-      outcome = await applyEvent(event, async (trx) => {
-        const handlerStarted = performance.now()
-        try {
-          return await receipt.handler(event, trx, receipt.context)
-        } finally {
-          handlerMs = performance.now() - handlerStarted
-        }
-      })
+      outcome = await applyEvent(
+        event,
+        async (trx) => {
+          const handlerStarted = performance.now()
+          try {
+            return await receipt.handler(event, trx, receipt.context)
+          } finally {
+            handlerMs = performance.now() - handlerStarted
+          }
+        },
+        digest,
+      )
     } catch (error) {
       const handlerThrew = error instanceof HandlerFailure
       return refuse(
@@ -402,8 +451,19 @@ export function createReceive(options: ResolvedConsumerOptions, hub: EventHub<Re
         hub.emit('receipt:applied', { source, ...eventFields(event), handlerMs, durationMs })
       }
     } else if (outcome.status === 'duplicate_ignored') {
+      const payloadMismatch = outcome.payloadMismatch === true
+      if (payloadMismatch) {
+        // Answered as a duplicate all the same (a retry would not change it), but never silently: the same id with
+        // another payload is a sender's bug or a reused id, and the second payload was NOT applied.
+        aggregated(
+          'warn',
+          'payload_mismatch',
+          { source, ...eventFields(event) },
+          'webhook id repeated with another payload: answered duplicate_ignored, the new payload was not applied',
+        )
+      }
       if (hub.has('receipt:duplicate'))
-        hub.emit('receipt:duplicate', { source, ...eventFields(event), durationMs })
+        hub.emit('receipt:duplicate', { source, ...eventFields(event), payloadMismatch, durationMs })
     } else if (hub.has('receipt:stale')) {
       hub.emit('receipt:stale', { source, ...eventFields(event), cursor: outcome.cursor, durationMs })
     }

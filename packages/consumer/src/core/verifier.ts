@@ -79,12 +79,11 @@ export interface StandardWebhooksVerifierOptions {
  *
  * @example
  * ```ts
- * import { createConsumer, standardWebhooksVerifier } from '@outbox/consumer'
+ * import { createConsumer, createPool, standardWebhooksVerifier } from '@outbox/consumer'
  * import { parseSigningSecrets } from '@outbox/protocol'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const verify = standardWebhooksVerifier(parseSigningSecrets(process.env.SVIX_SECRET ?? ''))
  * const consumer = createConsumer({ db, verify, source: 'svix', sequence: 'off' })
  * ```

@@ -32,11 +32,10 @@ function presentedSignature(headers: WebhookHeaders): Buffer | undefined {
  *
  * @example
  * ```ts
- * import { createConsumer, githubEnvelope, githubVerifier } from '@outbox/consumer'
+ * import { createConsumer, createPool, githubEnvelope, githubVerifier } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const github = createConsumer({
  *   db,
  *   verify: githubVerifier(process.env.GITHUB_WEBHOOK_SECRET ?? ''),

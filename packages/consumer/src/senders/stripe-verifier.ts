@@ -76,11 +76,10 @@ function checkStripeHeaders(
  *
  * @example
  * ```ts
- * import { createConsumer, stripeEnvelope, stripeVerifier } from '@outbox/consumer'
+ * import { createConsumer, createPool, stripeEnvelope, stripeVerifier } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const stripe = createConsumer({
  *   db,
  *   verify: stripeVerifier(process.env.STRIPE_WEBHOOK_SECRET ?? '', { toleranceSeconds: 300 }),

@@ -60,11 +60,10 @@ export function standardHeaderNames(headers: WebhookHeaders): WebhookHeaders {
  *
  * @example
  * ```ts
- * import { createConsumer, standardWebhooksEnvelope, svixVerifier } from '@outbox/consumer'
+ * import { createConsumer, createPool, standardWebhooksEnvelope, svixVerifier } from '@outbox/consumer'
  * import { Kysely, PostgresDialect } from 'kysely'
- * import pg from 'pg'
  *
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool() }) })
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
  * const svix = createConsumer({
  *   db,
  *   verify: svixVerifier(process.env.SVIX_WEBHOOK_SECRET ?? ''),

@@ -1,4 +1,5 @@
-// outbox_record_event(p_source, …) — body in force: migration 0003 (0002's statement, keyed by source).
+// outbox_record_event(p_source, …, p_digest) — body in force: migration 0004 (0003's statement, recording the
+// payload digest and comparing it on a duplicate).
 import type { OutboxEvent } from '@outbox/protocol'
 import { CompiledQuery, type Kysely, sql } from 'kysely'
 import { OutboxError } from '../errors.js'
@@ -11,11 +12,12 @@ export type OrderedPolicy = 'monotonic' | 'strict'
 /**
  * What {@link RecordEvent} did:
  * - `duplicate`: the id was already recorded; nothing was written and the cursor was not touched.
+ * - `mismatch`: as `duplicate`, but the id was recorded with another payload digest (the same id, another event).
  * - `advanced`: the id is recorded and the cursor moved to the event's sequence (the policy says apply).
  * - `held`: the id is recorded and the cursor row is locked by this transaction, unchanged (or created at 0): the
  *   policy says stale or gap, and the caller reads the cursor to tell which.
  */
-export type RecordEventResult = 'duplicate' | 'advanced' | 'held'
+export type RecordEventResult = 'duplicate' | 'mismatch' | 'advanced' | 'held'
 
 /**
  * Runs the statement of {@link prepareRecordEvent} for one event, on the delivery's transaction. `eventId` is the id
@@ -26,6 +28,7 @@ export type RecordEvent = (
   trx: Kysely<any>,
   event: Pick<OutboxEvent<unknown>, 'eventId' | 'aggregateType' | 'aggregateId' | 'sequence' | 'type'>,
   initialCursor: number,
+  digest: string,
 ) => Promise<RecordEventResult>
 
 /** The function's arguments, in its parameter order. */
@@ -39,9 +42,10 @@ const ARGUMENTS = [
   'policy',
   'firstSequence',
   'initialCursor',
+  'digest',
 ] as const
 
-const RESULTS: ReadonlySet<string> = new Set<RecordEventResult>(['duplicate', 'advanced', 'held'])
+const RESULTS: ReadonlySet<string> = new Set<RecordEventResult>(['duplicate', 'mismatch', 'advanced', 'held'])
 
 /**
  * Prepares, once per consumer, the call that records an event id and, for a new id, locks the aggregate's cursor
@@ -88,8 +92,12 @@ const RESULTS: ReadonlySet<string> = new Set<RecordEventResult>(['duplicate', 'a
  * (PostgreSQL 18 only), which would have returned the old cursor here; and two statements (insert, then upsert),
  * one more round trip for ≈ the same server work.
  *
- * A schema migrated by an older consumer has no such function (0002's signature, without `p_source`, is kept by
- * migration 0003 only as a wrapper for the previous version): PostgreSQL answers 42883, turned here into
+ * The digest (migration 0004): recorded with a new id; for a duplicate the function reads the recorded one by
+ * primary key and answers `mismatch` when they differ — still the same one call, so a duplicate costs no extra round
+ * trip.
+ *
+ * A schema migrated by an older consumer has no such function (0003's signature, without `p_digest`, is kept by
+ * migration 0004 for the previous version during a rolling deploy): PostgreSQL answers 42883, turned here into
  * {@link OutboxError} `ERR_OUTBOX_SCHEMA_OUTDATED`, whose message says to run the consumer's migrations.
  *
  * @param db the consumer's Kysely instance (only used to compile the call once).
@@ -121,7 +129,7 @@ export function prepareRecordEvent(
   const migrateCall =
     schema === undefined ? 'migrate(db)' : `migrate(db, { schema: ${JSON.stringify(schema)} })`
 
-  return async (trx, event, initialCursor) => {
+  return async (trx, event, initialCursor, digest) => {
     const query = CompiledQuery.raw(text, [
       source,
       event.eventId,
@@ -132,6 +140,7 @@ export function prepareRecordEvent(
       policyArgument,
       firstSequenceArgument,
       initialCursor,
+      digest,
     ])
     let result: string | undefined
     try {

@@ -1,0 +1,36 @@
+import type { IncomingMessage } from 'node:http'
+import { type Logger, safeLog } from '../logger.js'
+
+const ADVICE =
+  'the consumer cuts a slow body after bodyTimeoutMs, but the server holds a connection whose headers or body ' +
+  'never finish for as long as it is told: set a request timeout — Node: server.requestTimeout and ' +
+  'server.headersTimeout; Fastify: Fastify({ requestTimeout, connectionTimeout })'
+
+/**
+ * Warns once when the server in front of a consumer has no request timeout (`requestTimeout` 0: Fastify 5's
+ * default, or a Node server configured so), since then nothing but the consumer's own body deadline ever closes a
+ * connection that trickles its request.
+ */
+export function warnWithoutRequestTimeout(logger: Logger, server: string, requestTimeoutMs: unknown): void {
+  if (requestTimeoutMs !== 0) return
+  safeLog(
+    logger,
+    'warn',
+    { server, requestTimeoutMs },
+    `the ${server} server has no request timeout: ${ADVICE}`,
+  )
+}
+
+/**
+ * Returns a check that looks once, at the first request, at the Node server the request came through (the
+ * adapters of `node:http` and Express only meet their server there) and warns if it has no request timeout.
+ */
+export function onceCheckNodeServer(logger: Logger): (req: IncomingMessage) => void {
+  let checked = false
+  return (req) => {
+    if (checked) return
+    checked = true
+    const server = (req.socket as { server?: { requestTimeout?: unknown } } | undefined)?.server
+    if (server !== undefined) warnWithoutRequestTimeout(logger, 'node:http', server.requestTimeout)
+  }
+}

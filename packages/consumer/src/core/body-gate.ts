@@ -1,0 +1,50 @@
+/**
+ * The bound on bodies read at once and the count of the bytes they hold, shared by every adapter of one consumer.
+ * A slot is taken before a streamed body's first byte is read and given back when its read ends; `count` follows
+ * the bytes the reads keep (see `readBody`'s `onBytes`), so `peakBytes` is what slow or many bodies ever held in
+ * the consumer at once — at most `maxBodyBytes` × `maxConcurrent`.
+ */
+export interface BodyGate {
+  /** Takes a slot; false when `maxConcurrent` bodies are being read already (the request is then refused). */
+  enter(): boolean
+  /** Gives the slot back. */
+  leave(): void
+  /** Adds (or, negative, removes) bytes held by reads in progress. */
+  count(delta: number): void
+  /** Bodies being read now. */
+  readonly reading: number
+  /** Bytes those reads hold now. */
+  readonly bytes: number
+  /** The most bytes reads held at once since the consumer was created. */
+  readonly peakBytes: number
+}
+
+/** Creates the {@link BodyGate} of one consumer. */
+export function createBodyGate(maxConcurrent: number): BodyGate {
+  let reading = 0
+  let bytes = 0
+  let peakBytes = 0
+  return {
+    enter() {
+      if (reading >= maxConcurrent) return false
+      reading++
+      return true
+    },
+    leave() {
+      reading--
+    },
+    count(delta) {
+      bytes += delta
+      if (bytes > peakBytes) peakBytes = bytes
+    },
+    get reading() {
+      return reading
+    },
+    get bytes() {
+      return bytes
+    },
+    get peakBytes() {
+      return peakBytes
+    },
+  }
+}
