@@ -43,7 +43,7 @@ const BASE64 = /^[A-Za-z0-9+/]*={0,2}$/
  */
 export function resolveSecretKeys(keys: unknown, option = 'secretKeys'): SecretKeyring | undefined {
   if (keys === undefined || (typeof keys === 'string' && keys.trim() === '')) return undefined
-  const refuse = (why: string): never => {
+  const refuse: (why: string) => never = (why) => {
     throw invalidOption(option, undefined, (spell) => `${spell(option)}: ${why}`)
   }
   let entries: readonly unknown[]
@@ -56,41 +56,37 @@ export function resolveSecretKeys(keys: unknown, option = 'secretKeys'): SecretK
   }
   const byId = new Map<string, SecretKey>()
   let primary: SecretKey | undefined
-  entries.forEach((entry, index) => {
+  for (const [index, entry] of entries.entries()) {
     const at = `entry ${index + 1}`
-    if (typeof entry !== 'string') return refuse(`${at} is not a string; each key is 'id:base64'`)
+    if (typeof entry !== 'string') refuse(`${at} is not a string; each key is 'id:base64'`)
     const text = entry.trim()
     const colon = text.indexOf(':')
     if (colon < 0) {
-      return refuse(
+      refuse(
         `${at} has no id: write each key as 'id:base64', e.g. 'k1:' + the output of openssl rand -base64 32`,
       )
     }
     const id = text.slice(0, colon)
     const material = text.slice(colon + 1)
     if (!KEY_ID.test(id)) {
-      return refuse(
-        `${at} has the id ${JSON.stringify(id)}: a key id is 1 to 32 letters, digits, '_', '.' or '-'`,
-      )
+      refuse(`${at} has the id ${JSON.stringify(id)}: a key id is 1 to 32 letters, digits, '_', '.' or '-'`)
     }
     if (byId.has(id)) {
-      return refuse(`the key id ${JSON.stringify(id)} is given twice: each key needs its own id`)
+      refuse(`the key id ${JSON.stringify(id)} is given twice: each key needs its own id`)
     }
     if (material.length === 0 || material.length % 4 !== 0 || !BASE64.test(material)) {
-      return refuse(
-        `key ${JSON.stringify(id)} is not valid base64 (e.g. the output of openssl rand -base64 32)`,
-      )
+      refuse(`key ${JSON.stringify(id)} is not valid base64 (e.g. the output of openssl rand -base64 32)`)
     }
     const key = Buffer.from(material, 'base64')
     if (key.length !== KEY_BYTES) {
-      return refuse(
+      refuse(
         `key ${JSON.stringify(id)} is ${key.length} bytes: AES-256 needs exactly ${KEY_BYTES} (openssl rand -base64 32)`,
       )
     }
     const checked = Object.freeze({ id, key })
     byId.set(id, checked)
     primary ??= checked
-  })
+  }
   if (primary === undefined) return undefined
   return Object.freeze({ primary, byId })
 }
