@@ -129,6 +129,12 @@ export {
   retryHorizonMs,
 } from './retry-policy.js'
 export {
+  DEFAULT_PRODUCER_ROLES,
+  type ProducerGrantsOptions,
+  type ProducerRoles,
+  producerGrantsSql,
+} from './role-grants.js'
+export {
   type BlockedReason,
   type EventStatus,
   type MigrateOptions,

@@ -24,6 +24,7 @@ const FROZEN: Readonly<Record<string, string>> = {
   '0016_backfill_every_holder': '780e7393dd6d7aa097ebffeb641f53dbeebd66b37dbdb236cb03fc0417ddb980',
   '0017_single_subscription_claim': '59aaec9e532ae968dd26dc8057348da5b7fdef2fb1e7505b64daa1437d31af72',
   '0018_read_by_key': '2c2eca0131465937b145663783dead02370a9994525ac3b7fe2e4208dd83075b',
+  '0020_revoke_public_execute': 'c53d1ac0d26d0f44273d53d7eb59a6467cc7f8badcf2daddf096d5975db2571e',
 }
 
 describeFrozenMigrations(

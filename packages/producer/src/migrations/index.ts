@@ -16,6 +16,7 @@ import { migration0015 } from './0015-trace-context.js'
 import { migration0016 } from './0016-backfill-every-holder.js'
 import { migration0017 } from './0017-single-subscription-claim.js'
 import { migration0018 } from './0018-read-by-key.js'
+import { migration0020 } from './0020-revoke-public-execute.js'
 
 /** One migration of the producer schema: the name the migrator records, and its full SQL text. */
 export interface ProducerMigration {
@@ -51,4 +52,5 @@ export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0016_backfill_every_holder', sql: migration0016 },
   { name: '0017_single_subscription_claim', sql: migration0017 },
   { name: '0018_read_by_key', sql: migration0018 },
+  { name: '0020_revoke_public_execute', sql: migration0020 },
 ]
