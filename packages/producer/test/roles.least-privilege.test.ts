@@ -1,11 +1,14 @@
 import { randomBytes } from 'node:crypto'
+import { readFileSync } from 'node:fs'
 import { type Sink, startSink, useTestDatabase } from '@outbox/test-harness'
 import { Kysely, PostgresDialect, sql } from 'kysely'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
+  checkIntegrity,
   createSubscription,
   disableSubscription,
+  discardDeadLetters,
   enqueue,
   IMPLICIT_SUBSCRIPTION_ID,
   listAudit,
@@ -18,7 +21,9 @@ import {
   prune,
   Relay,
   redrive,
+  repairIntegrity,
   silentLogger,
+  skipLaneHead,
   stats,
 } from '../src/index.js'
 
@@ -111,6 +116,17 @@ async function enqueueAs(db: Kysely<any>, aggregateId: string, eventType = 'orde
       ),
     )
 }
+
+describe("the README's grants", () => {
+  it("are producerGrantsSql({ schema: 'outbox' }), word for word", () => {
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8')
+    const marker = "<!-- producerGrantsSql({ schema: 'outbox' }) -->\n```sql\n"
+    const start = readme.indexOf(marker)
+    expect(start, 'the README lost its grants block').toBeGreaterThan(0)
+    const block = readme.slice(start + marker.length, readme.indexOf('```', start + marker.length))
+    expect(block).toBe(producerGrantsSql({ schema: 'outbox' }))
+  })
+})
 
 describe.sequential('least privilege: four roles, each able to do its job and refused the rest', () => {
   it('the migration role owns every producer table and function', async () => {
@@ -212,6 +228,15 @@ describe.sequential('least privilege: four roles, each able to do its job and re
     expect((await listAudit(as.console, { schema: SCHEMA }))[0]).toMatchObject({
       action: 'dead-letters.redrive',
     })
+    // The redriven event heads its lane again: skip it (a dead letter once more), then discard that dead letter.
+    const lane = { subscriptionId: mine!.id, aggregateType: 'order', aggregateId: 'a2', schema: SCHEMA }
+    expect(await skipLaneHead(as.console, { ...lane, reason: 'ops' })).toMatchObject({
+      eventId: dead!.eventId,
+    })
+    const discarded = await discardDeadLetters(as.console, { eventIds: [dead!.eventId], schema: SCHEMA })
+    expect(discarded.discarded).toEqual([{ eventId: dead!.eventId, subscriptionId: mine!.id }])
+    expect((await checkIntegrity(as.console, { schema: SCHEMA })).ok).toBe(true)
+    expect(await repairIntegrity(as.console, { schema: SCHEMA })).toBeDefined()
     expect(await refused(as.console, `SELECT secret FROM ${SCHEMA}.outbox_subscription_secret`)).toMatch(
       /permission denied for table outbox_subscription_secret/,
     )
