@@ -1,10 +1,15 @@
 import { randomBytes } from 'node:crypto'
-import { useTestDatabase } from '@outbox/test-harness'
+import { rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
+import { Webhook } from 'standardwebhooks'
 import { beforeAll, describe, expect, it } from 'vitest'
+import { disableSubscription, enqueue, IMPLICIT_SUBSCRIPTION_ID } from '../src/index.js'
 import { openSecret } from '../src/secret-envelope.js'
 import { resolveSecretKeys } from '../src/secret-keys.js'
-import { buildCli, cliEnv, expectFailure, runCli } from './cli-process.js'
+import { buildCli, cliEnv, expectFailure, runCli, startCli } from './cli-process.js'
 
 const t = useTestDatabase()
 const key = (id: string) => `${id}:${randomBytes(32).toString('base64')}`
@@ -74,5 +79,66 @@ describe.sequential('outbox secrets reencrypt, and OUTBOX_SECRET_KEYS on subscri
       /encrypted with key "k2", which is not among the secret keys given \(k9\): add that key back/,
     )
     expectFailure(await runCli(['secrets', 'rotate'], env(key('k9'))), 2, /use outbox secrets reencrypt/)
+  })
+
+  it('outbox relay decrypts with OUTBOX_SECRET_KEYS_FILE and signs with the secret; without the key it names it', async ({
+    onTestFinished,
+  }) => {
+    const schema = 'cli_sealed'
+    const k1 = key('k1')
+    const keysFile = join(tmpdir(), `outbox-keys-${randomBytes(4).toString('hex')}`)
+    writeFileSync(keysFile, `${k1}\n`)
+    onTestFinished(() => rmSync(keysFile, { force: true }))
+    const env = cliEnv({ DATABASE_URL: t.url, OUTBOX_SCHEMA: schema, OUTBOX_SECRET_KEYS_FILE: keysFile })
+    expect((await runCli(['migrate'], env)).code).toBe(0)
+    await disableSubscription(t.db, IMPLICIT_SUBSCRIPTION_ID, { schema })
+    const sink = await startSink()
+    try {
+      const added = await runCli(
+        ['subscriptions', 'add', '--url', sink.url, '--name', 'sealed', '--json'],
+        env,
+      )
+      expect(added, added.stderr).toMatchObject({ code: 0 })
+      const { secret } = JSON.parse(added.stdout)
+      await t.db
+        .transaction()
+        .execute((trx) =>
+          enqueue(
+            trx,
+            { aggregateType: 'order', aggregateId: 'c1', eventType: 'order.created', payload: {} },
+            { schema },
+          ),
+        )
+      const relayArgs = [
+        'relay',
+        '--log-format',
+        'text',
+        '--allow-private-networks',
+        '--poll-interval-ms',
+        '50',
+      ]
+      const keyless = startCli(relayArgs, cliEnv({ DATABASE_URL: t.url, OUTBOX_SCHEMA: schema }), {
+        onTestFinished,
+      })
+      await keyless.waitFor(() => /subscription skipped/.test(keyless.stdout()), 'the skip warning')
+      const stopped = await keyless.stop('SIGTERM')
+      expect(stopped.stdout).toMatch(/encrypted with key \\?"k1\\?", and no secret keys were given/)
+      expect(stopped.stdout + stopped.stderr).not.toContain(secret)
+      expect(sink.requests).toHaveLength(0)
+
+      const relay = startCli(relayArgs, env, { onTestFinished })
+      await relay.waitFor(() => sink.requests.length === 1, 'the delivery')
+      const request = sink.requests[0]!
+      expect(() =>
+        new Webhook(secret).verify(request.body, {
+          'webhook-id': request.headers['webhook-id'] as string,
+          'webhook-timestamp': request.headers['webhook-timestamp'] as string,
+          'webhook-signature': request.headers['webhook-signature'] as string,
+        }),
+      ).not.toThrow()
+      expect((await relay.stop('SIGTERM')).code).toBe(0)
+    } finally {
+      await sink.close()
+    }
   })
 })
