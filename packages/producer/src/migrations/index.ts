@@ -32,6 +32,9 @@ export interface ProducerMigration {
 /**
  * Every producer migration, in the order they run. Append only: a merged migration's file and entry are never
  * edited, reordered or renumbered (test/migrations.frozen.test.ts holds their hashes); a change is a new file.
+ * A migration that creates a function (a new name or argument list) also revokes PUBLIC's EXECUTE on it, as 0020
+ * did for those before it: PostgreSQL grants every role EXECUTE on a new function (test/roles.least-privilege.test.ts
+ * fails otherwise); `producerGrantsSql` grants EXECUTE on every function of the schema, so it needs no change.
  */
 export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0001_outbox', sql: migration0001 },
