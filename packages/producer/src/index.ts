@@ -104,6 +104,12 @@ export {
   type PruneResult,
   prune,
 } from './prune.js'
+export {
+  DEFAULT_REENCRYPT_BATCH_SIZE,
+  type ReencryptSecretsOptions,
+  type ReencryptSecretsResult,
+  reencryptSecrets,
+} from './reencrypt-secrets.js'
 export { Relay, type RunOnceResult, type StopOptions } from './relay.js'
 export {
   DEFAULT_REPLAY_BATCH_SIZE,
@@ -123,6 +129,12 @@ export {
   retryHorizonMs,
 } from './retry-policy.js'
 export {
+  DEFAULT_PRODUCER_ROLES,
+  type ProducerGrantsOptions,
+  type ProducerRoles,
+  producerGrantsSql,
+} from './role-grants.js'
+export {
   type BlockedReason,
   type EventStatus,
   type MigrateOptions,
@@ -138,6 +150,7 @@ export {
   producerMigrationSql,
 } from './schema.js'
 export { DEFAULT_SCHEMA, notifyChannel } from './schema-name.js'
+export type { SecretKeys } from './secret-keys.js'
 export type { AttemptOutcome } from './sql/delivery-attempt-log.js'
 export {
   type OutboxStats,
@@ -159,6 +172,7 @@ export {
   IMPLICIT_SUBSCRIPTION_ID,
   listSubscriptions,
   rotateSubscriptionSecret,
+  type SecretWriteOptions,
   type StartAt,
   type Subscription,
   type SubscriptionCallOptions,

@@ -6,6 +6,7 @@ import { consoleLogger, type Logger } from './logger.js'
 import type { MetricsOptions } from './metrics.js'
 import { DEFAULT_RETRY_SCHEDULE } from './retry-policy.js'
 import { resolveSchema } from './schema-name.js'
+import { resolveSecretKeys, type SecretKeyring, type SecretKeys } from './secret-keys.js'
 
 /**
  * An event as the endpoint function sees it: everything but its payload, which the relay sends as stored JSON text
@@ -49,6 +50,13 @@ export interface RelayOptions {
   readonly secret?: string | readonly string[]
   /** @deprecated Use {@link RelayOptions.secret} (the consumer's and Standard Webhooks' word). */
   readonly signingSecret?: string | readonly string[]
+  /**
+   * Keys that decrypt stored subscriptions' secrets encrypted at rest (`id:base64` entries, see {@link SecretKeys};
+   * the CLI reads `OUTBOX_SECRET_KEYS`). Plaintext secrets need none. A subscription whose secret is encrypted under
+   * a key not given here is skipped and reported once (`subscription:skipped`), naming the key id.
+   * @defaultValue none: encrypted secrets cannot be read
+   */
+  readonly secretKeys?: SecretKeys
   /** How long a claim owns its lane. @defaultValue 60000 */
   readonly leaseMs?: number
   /** Timeout of one webhook request, headers and body. Must leave a margin inside `leaseMs`. @defaultValue 10000 */
@@ -161,6 +169,8 @@ export interface ResolvedRelayOptions {
   readonly subscriptions: readonly string[] | undefined
   readonly allowPrivateNetworks: boolean
   readonly signingKeys: readonly SigningKey[]
+  /** What decrypts stored subscriptions' secrets; undefined when no keys were given. */
+  readonly secretKeys: SecretKeyring | undefined
   readonly leaseMs: number
   readonly requestTimeoutMs: number
   readonly batchSize: number
@@ -188,6 +198,7 @@ const KNOWN: Readonly<Record<keyof RelayOptions, true>> = {
   endpoint: true,
   secret: true,
   signingSecret: true,
+  secretKeys: true,
   subscriptions: true,
   allowPrivateNetworks: true,
   leaseMs: true,
@@ -350,6 +361,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
       invalid(secretOption, undefined, () => detail, error)
     }
   }
+  const secretKeys = resolveSecretKeys(options.secretKeys)
   const leaseMs = integer(options.leaseMs, DEFAULT_LEASE_MS, 'leaseMs', 100)
   const requestTimeoutMs = integer(
     options.requestTimeoutMs,
@@ -488,6 +500,7 @@ export function resolveRelayOptions(options: RelayOptions): ResolvedRelayOptions
     subscriptions,
     allowPrivateNetworks,
     signingKeys,
+    secretKeys,
     leaseMs,
     requestTimeoutMs,
     batchSize: integer(options.batchSize, DEFAULT_BATCH_SIZE, 'batchSize', 1, 10_000),

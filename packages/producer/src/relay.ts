@@ -307,9 +307,9 @@ export class Relay {
     })
   }
 
-  /** The resolved, frozen options (secrets are not exposed). */
-  get options(): Omit<ResolvedRelayOptions, 'signingKeys'> {
-    const { signingKeys: _keys, ...rest } = this.#options
+  /** The resolved, frozen options (secrets and secret keys are not exposed). */
+  get options(): Omit<ResolvedRelayOptions, 'signingKeys' | 'secretKeys'> {
+    const { signingKeys: _keys, secretKeys: _secretKeys, ...rest } = this.#options
     return rest
   }
 

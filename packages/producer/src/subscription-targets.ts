@@ -3,6 +3,7 @@ import { type DeliveryTarget, implicitTarget } from './delivery-target.js'
 import type { RelayEvents } from './events.js'
 import { LEASE_MARGIN_MS, type ResolvedRelayOptions } from './options.js'
 import type { Clock } from './runtime.js'
+import { openSecret } from './secret-envelope.js'
 import { type SubscriptionTargetRow, selectSubscriptionTargets } from './sql/select-subscription-targets.js'
 
 /**
@@ -21,7 +22,9 @@ export const SUBSCRIPTION_REFRESH_MS = 2000
  *
  * A stored subscription the relay cannot serve safely is left out and reported once (`subscription:skipped` and a
  * warning) until it is fixed: a `requestTimeoutMs` that does not fit the relay's lease (a request must never
- * outlive the lease that allowed it), or a stored secret that is not a valid signing secret.
+ * outlive the lease that allowed it), a stored secret that is not a valid signing secret, or one encrypted under a
+ * key the relay was not given (its `secretKeys`): the reason names the key id, and the relay goes on serving the
+ * others.
  */
 export class SubscriptionTargets {
   readonly #options: ResolvedRelayOptions
@@ -218,7 +221,9 @@ export class SubscriptionTargets {
     }
     let signingKeys: DeliveryTarget['signingKeys']
     try {
-      signingKeys = row.secrets.length === 0 ? [] : parseSigningSecrets(row.secrets)
+      // Decrypted here, on each refresh, and kept only in the target: never logged, never in an event.
+      const secrets = row.secrets.map((stored) => openSecret(options.secretKeys, row.id, stored))
+      signingKeys = secrets.length === 0 ? [] : parseSigningSecrets(secrets)
     } catch (error) {
       this.#skip(row, error instanceof Error ? error.message : String(error))
       return undefined

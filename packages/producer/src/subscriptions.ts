@@ -3,6 +3,8 @@ import { IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
 import { invalidOption, OutboxError } from './errors.js'
 import type { OnExhausted } from './options.js'
 import { resolveSchema } from './schema-name.js'
+import { sealSecret } from './secret-envelope.js'
+import { resolveSecretKeys, type SecretKeyring, type SecretKeys } from './secret-keys.js'
 import type { SqlContext } from './sql/sql-context.js'
 import {
   deleteSubscriptionRows,
@@ -34,6 +36,21 @@ export type {
 export interface SubscriptionCallOptions {
   /** @defaultValue 'public' */
   readonly schema?: string
+}
+
+/** Options of the calls that write a secret: {@link createSubscription}, {@link rotateSubscriptionSecret}. */
+export interface SecretWriteOptions extends SubscriptionCallOptions {
+  /**
+   * Keys to encrypt the secret with before it is stored (AES-256-GCM under the first key; see {@link SecretKeys}),
+   * as the CLI reads them from `OUTBOX_SECRET_KEYS`. Relays then need them too (their `secretKeys` option).
+   * @defaultValue none: the secret is stored in plaintext
+   */
+  readonly secretKeys?: SecretKeys
+}
+
+/** The secret as stored for subscription `id`: encrypted under the first key when keys are given. */
+function storedSecret(keyring: SecretKeyring | undefined, id: string, secret: string): string {
+  return keyring === undefined ? secret : sealSecret(keyring, id, secret)
 }
 
 /**
@@ -223,9 +240,10 @@ async function nameIsFree<T>(name: string | null | undefined, action: () => Prom
  * letters and limits, by any relay that serves stored subscriptions (`new Relay({ db })`, `outbox relay` without
  * `--endpoint`) within about two seconds.
  *
- * Secrets are stored as given in `outbox_subscription_secret`: a relay needs the secret itself to sign (HMAC), so
- * it cannot be hashed. Guard that table like any credential (its schema's privileges, backups). The secret is
- * returned here once, and never by {@link listSubscriptions}.
+ * Secrets are stored in `outbox_subscription_secret`: a relay needs the secret itself to sign (HMAC), so it cannot
+ * be hashed. With `secretKeys` it is stored encrypted (AES-256-GCM, the key outside the database); without, in
+ * plaintext. Either way, guard that table like any credential: only the relay's database role needs to read it (see
+ * the README's "Least privilege"). The secret is returned here once, and never by {@link listSubscriptions}.
  *
  * Creating takes the counter table in SHARE mode for an instant: it waits for open transactions that have
  * enqueued, and holds new enqueues back until it commits. That is what makes the start exact: an event committed
@@ -257,11 +275,16 @@ async function nameIsFree<T>(name: string | null | undefined, action: () => Prom
 export async function createSubscription(
   db: Kysely<any>,
   input: CreateSubscriptionInput,
-  options?: SubscriptionCallOptions,
+  options?: SecretWriteOptions,
 ): Promise<{ readonly id: string; readonly secret: string }> {
   const { settings, secret, startAt } = checkCreateInput(input)
+  const keyring = resolveSecretKeys(options?.secretKeys)
   const id = await nameIsFree(settings.name, () =>
-    insertSubscription(context(db, options), { settings, secret, backfill: startAt === 'earliest' }),
+    insertSubscription(context(db, options), {
+      settings,
+      storedSecret: (id) => storedSecret(keyring, id, secret),
+      backfill: startAt === 'earliest',
+    }),
   )
   return { id, secret }
 }
@@ -329,12 +352,13 @@ export async function updateSubscription(
  * Gives a subscription a new secret and returns it (given, or generated). The previous secret stays in use for
  * `overlapMs` (@defaultValue a day): meanwhile every request carries a signature for each, so the subscriber can
  * switch to the new secret at any point of the overlap without rejecting a webhook. An overlap of 0 ends every
- * previous secret now (a leaked secret); a rotation never extends an earlier rotation's overlap.
+ * previous secret now (a leaked secret); a rotation never extends an earlier rotation's overlap. With `secretKeys`,
+ * the new secret is stored encrypted (the previous ones stay as they are: `reencryptSecrets` converts them).
  */
 export async function rotateSubscriptionSecret(
   db: Kysely<any>,
   ref: string,
-  options: SubscriptionCallOptions & { readonly overlapMs?: number; readonly secret?: string } = {},
+  options: SecretWriteOptions & { readonly overlapMs?: number; readonly secret?: string } = {},
 ): Promise<{ readonly secret: string }> {
   const overlapMs = options.overlapMs ?? DEFAULT_SECRET_OVERLAP_MS
   if (!Number.isSafeInteger(overlapMs) || overlapMs < 0 || overlapMs > 30 * 24 * 3600_000) {
@@ -345,6 +369,7 @@ export async function rotateSubscriptionSecret(
     )
   }
   const secret = checkSecret(options.secret)
+  const keyring = resolveSecretKeys(options.secretKeys)
   const ctx = context(db, options)
   const found = await find(ctx, ref)
   if (found.implicit) {
@@ -354,7 +379,8 @@ export async function rotateSubscriptionSecret(
       () => "the implicit subscription is signed with its relay's secret option",
     )
   }
-  if (!(await rotateSecret(ctx, { id: found.id, secret, overlapMs }))) throw notFound(ref)
+  const stored = storedSecret(keyring, found.id, secret)
+  if (!(await rotateSecret(ctx, { id: found.id, secret: stored, overlapMs }))) throw notFound(ref)
   return { secret }
 }
 

@@ -48,6 +48,7 @@ const PRODUCER_MIGRATIONS = [
   '0017_single_subscription_claim',
   '0018_read_by_key',
   '0019_isolated_takeovers',
+  '0020_revoke_public_execute',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */

@@ -22,6 +22,9 @@
  * - `ERR_OUTBOX_LANE_BUSY`: an enqueue, a claim or another action held the lane longer than the action waits.
  * - `ERR_OUTBOX_REFUSED`: an action that would break a guarantee (e.g. discarding the dead letter that blocks its
  *   lane without unblocking it); the message says what to ask instead.
+ * - `ERR_OUTBOX_SECRET_UNREADABLE`: a stored signing secret is encrypted and cannot be decrypted with the keys
+ *   given (none given, its key id is not among them, or it does not authenticate under that key); the message names
+ *   the key id and never shows the secret.
  *
  * @example
  * ```ts
@@ -47,6 +50,7 @@ export type OutboxErrorCode =
   | 'ERR_OUTBOX_LANE_LEASED'
   | 'ERR_OUTBOX_LANE_BUSY'
   | 'ERR_OUTBOX_REFUSED'
+  | 'ERR_OUTBOX_SECRET_UNREADABLE'
 
 /**
  * Writes an option error's message with the given spellings: `name` spells an option (`'batchSize'` for the

@@ -96,6 +96,9 @@ ${databaseOptions(28)}
 
 Every option is also read from the environment as OUTBOX_<OPTION> (--lease-ms: OUTBOX_LEASE_MS; true/false
 for switches) and from --config; the command line wins over the environment, which wins over the file.
+Stored subscriptions' secrets encrypted at rest are decrypted with OUTBOX_SECRET_KEYS (or OUTBOX_SECRET_KEYS_FILE):
+id:base64 keys, comma-separated (see outbox secrets --help); a subscription whose key is missing is skipped, and
+the log names the key id. Environment only: a flag would show in ps.
 Database deadlines (environment, whole milliseconds, 0 turns one off), so a silent network cannot hang the relay:
   OUTBOX_DB_CONNECT_TIMEOUT_MS (10000), OUTBOX_DB_STATEMENT_TIMEOUT_MS (30000, server side),
   OUTBOX_DB_QUERY_TIMEOUT_MS (statement + 5000, client side; the connection is dropped),
@@ -155,6 +158,9 @@ Examples:
   outbox subscriptions disable acme --reason "customer asked"
   outbox subscriptions rotate-secret acme --overlap 24h
   outbox subscriptions replay acme --since 2h
+
+With OUTBOX_SECRET_KEYS (or OUTBOX_SECRET_KEYS_FILE) set, add and rotate-secret store the new secret encrypted
+under its first key (see outbox secrets --help); the relays then need the same keys. Without, it is stored as is.
 `,
 
   stats: `Usage: outbox stats [--json] [--watch [--interval 2s]] [options]
@@ -503,6 +509,30 @@ Options:
   --json                 print a JSON array of entries (id, at, actor, action, target, result)
 ${databaseOptions()}
 `,
+
+  secrets: `Usage: outbox secrets reencrypt [--batch-size <n>] [--json] [options]
+
+Encrypts stored subscription secrets at rest (AES-256-GCM), or moves them onto a new key. The keys come from
+OUTBOX_SECRET_KEYS (or a file named by OUTBOX_SECRET_KEYS_FILE, one key per line): id:base64 entries of 32
+random bytes each (openssl rand -base64 32), comma-separated. The FIRST key encrypts; every key decrypts.
+
+reencrypt puts every secret under the first key: plaintext ones are encrypted, those under another key are
+re-encrypted, those already under it are left alone. It runs in batches, each its own short transaction, and is
+idempotent: run it again after a failure or a new first key. It prints the counts; a secret under a key not given
+stops it with that key's id (add the key back and run again).
+
+Key rotation: 1) put the new key first in OUTBOX_SECRET_KEYS, keeping the old ones, for every relay and every
+command that writes secrets (subscriptions add, rotate-secret); 2) run outbox secrets reencrypt; 3) remove the
+old keys. A relay lacking a secret's key skips that subscription and says so, naming the key id.
+
+Run it as a database role that may read and write outbox_subscription_secret (the migration role; see the
+producer README, "Least privilege").
+
+Options:
+  --batch-size <n>       secrets per transaction (default 500)
+  --json                 print {"examined", "encrypted", "reencrypted", "unchanged"}
+${databaseOptions()}
+`,
 } as const
 
 /** A help page's key: a command, or `dead-letters <subcommand>`. */
@@ -523,6 +553,7 @@ export const SUMMARIES: readonly (readonly [string, string])[] = [
   ['doctor', 'check that every lane can move (stuck heads, stale blocks, long leases); --repair mends them'],
   ['lanes', 'list blocked, struggling or leased lanes; unblock one or skip its head'],
   ['audit', 'who unblocked, skipped, redrove, discarded or repaired what'],
+  ['secrets', 'encrypt stored subscription secrets, or move them onto a new key (reencrypt)'],
 ]
 
 /** The text of `outbox --help`. */

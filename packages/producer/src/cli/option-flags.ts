@@ -10,6 +10,8 @@ const RENAMED: Readonly<Record<string, string>> = {
   ratePerSecond: '--rate',
   subscriptions: '--subscription',
   subscriptionId: '--subscription',
+  // Keys are never typed on a command line (ps shows it): the environment is their only way in.
+  secretKeys: 'OUTBOX_SECRET_KEYS',
 }
 
 /**

@@ -24,6 +24,7 @@ import { createCliLogger, LOG_LEVELS, logRelayEvents } from './relay-log.js'
 import { createReadiness, registerReadyGauge } from './relay-readiness.js'
 import { resolveSettings } from './relay-settings.js'
 import { readSecretFile } from './secret-file.js'
+import { secretKeysFromEnv } from './secret-keys-env.js'
 import { waitForDatabase } from './wait-for-database.js'
 
 const FLAGS = {
@@ -321,6 +322,8 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         subscriptions,
         allowPrivateNetworks: values['allow-private-networks'],
         secret: secrets.length > 0 ? secrets : undefined,
+        // Only stored subscriptions' secrets are encrypted; a relay with an --endpoint reads none.
+        secretKeys: endpoint === undefined ? secretKeysFromEnv(env) : undefined,
         concurrency,
         batchSize,
         leaseMs,

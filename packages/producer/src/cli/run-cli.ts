@@ -20,6 +20,7 @@ const COMMANDS: Readonly<Record<string, () => Promise<CommandRun>>> = {
   subscriptions: async () => (await import('./subscriptions-command.js')).subscriptionsCommand,
   lanes: async () => (await import('./lanes-command.js')).lanesCommand,
   audit: async () => (await import('./audit-command.js')).auditCommand,
+  secrets: async () => (await import('./secrets-command.js')).secretsCommand,
 }
 
 const NAMES = SUMMARIES.map(([name]) => name).join(', ')

@@ -8,6 +8,7 @@ import { resolveDatabase, withDatabase } from './open-database.js'
 import { withFlagNames } from './option-flags.js'
 import { choiceFlag, DATABASE_FLAGS, durationFlag, numberFlag, parseFlags } from './parse-flags.js'
 import { replayCommand } from './replay-command.js'
+import { secretKeysFromEnv } from './secret-keys-env.js'
 
 /** The flags that set a subscription's settings (add, update). */
 const SETTING_FLAGS = {
@@ -186,6 +187,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       if (values.url === undefined)
         throw new UsageError('add needs --url <url> (see outbox subscriptions --help)')
       const secret = values.secret ?? (io.env.OUTBOX_SECRET || undefined)
+      const secretKeys = secretKeysFromEnv(io.env)
       const startAt =
         values['start-at'] === undefined
           ? undefined
@@ -198,7 +200,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
             ...(secret ? { secret } : {}),
             ...(startAt ? { startAt } : {}),
           },
-          { schema },
+          { schema, secretKeys },
         ),
       )
       if (values.json) writeLine(io.stdout, JSON.stringify(created))
@@ -353,9 +355,11 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       const ref = refOf('rotate-secret', positionals)
       const overlapMs = durationFlag(values.overlap, 'overlap')
       const secret = values.secret ?? (io.env.OUTBOX_SECRET || undefined)
+      const secretKeys = secretKeysFromEnv(io.env)
       const rotated: { secret: string } = await run(values, (db, producer, schema) =>
         producer.rotateSubscriptionSecret(db, ref, {
           schema,
+          secretKeys,
           ...(overlapMs === undefined ? {} : { overlapMs }),
           ...(secret ? { secret } : {}),
         }),

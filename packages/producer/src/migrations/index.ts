@@ -17,6 +17,7 @@ import { migration0016 } from './0016-backfill-every-holder.js'
 import { migration0017 } from './0017-single-subscription-claim.js'
 import { migration0018 } from './0018-read-by-key.js'
 import { migration0019 } from './0019-isolated-takeovers.js'
+import { migration0020 } from './0020-revoke-public-execute.js'
 
 /** One migration of the producer schema: the name the migrator records, and its full SQL text. */
 export interface ProducerMigration {
@@ -32,6 +33,9 @@ export interface ProducerMigration {
 /**
  * Every producer migration, in the order they run. Append only: a merged migration's file and entry are never
  * edited, reordered or renumbered (test/migrations.frozen.test.ts holds their hashes); a change is a new file.
+ * A migration that creates a function (a new name or argument list) also revokes PUBLIC's EXECUTE on it, as 0020
+ * did for those before it: PostgreSQL grants every role EXECUTE on a new function (test/roles.least-privilege.test.ts
+ * fails otherwise); `producerGrantsSql` grants EXECUTE on every function of the schema, so it needs no change.
  */
 export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0001_outbox', sql: migration0001 },
@@ -53,4 +57,5 @@ export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0017_single_subscription_claim', sql: migration0017 },
   { name: '0018_read_by_key', sql: migration0018 },
   { name: '0019_isolated_takeovers', sql: migration0019 },
+  { name: '0020_revoke_public_execute', sql: migration0020 },
 ]

@@ -70,14 +70,20 @@ async function routingBarrier(trx: Kysely<any>, schema: string): Promise<void> {
 }
 
 /**
- * Inserts a subscription and its first secret behind the routing barrier; returns its id. With `backfill`, the row
+ * Inserts a subscription and its first secret behind the routing barrier; returns its id. The secret is written as
+ * `storedSecret` returns it for the new id (encrypted when keys are configured: the id is the ciphertext's associated
+ * data, and it is known only once the row is inserted). With `backfill`, the row
  * starts with its backfill `'running'`, in the same transaction: the barrier's cut then splits every aggregate
  * exactly — what committed before is the backfill's to copy, what commits after is fanned out to it — and no relay
  * ever sees the subscription without its backfill state, so none claims its lanes before the copy is done.
  */
 export async function insertSubscription(
   ctx: SqlContext,
-  request: { readonly settings: StoredSettings; readonly secret: string; readonly backfill: boolean },
+  request: {
+    readonly settings: StoredSettings
+    readonly storedSecret: (id: string) => string
+    readonly backfill: boolean
+  },
 ): Promise<string> {
   const { db, schema } = ctx
   return await db.transaction().execute(async (trx) => {
@@ -96,7 +102,7 @@ export async function insertSubscription(
     const id = rows[0]!.id
     await sql`
       INSERT INTO ${sql.id(schema, 'outbox_subscription_secret')} (subscription_id, secret)
-      VALUES (${id}::uuid, ${request.secret})`.execute(trx)
+      VALUES (${id}::uuid, ${request.storedSecret(id)})`.execute(trx)
     return id
   })
 }
@@ -185,7 +191,7 @@ export async function setSubscriptionState(
 }
 
 /**
- * Makes `secret` the subscription's current secret; the previous ones stay in use for at most `overlapMs` more
+ * Makes `secret` (as stored: plaintext or encrypted) the subscription's current secret; the previous ones stay in use for at most `overlapMs` more
  * (relays sign with each meanwhile), and secrets whose overlap has ended are deleted. Returns false when the
  * subscription does not exist.
  */
