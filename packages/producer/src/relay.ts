@@ -207,6 +207,8 @@ export class Relay {
       timeoutMs: this.#options.requestTimeoutMs,
       clock: this.#runtime.clock,
       onUnsigned: () => this.#options.logger.warn({ signed: false }, UNSIGNED_WARNING),
+      onRefused: (refusal) =>
+        this.#options.logger.warn({ host: refusal.host, address: refusal.address }, refusal.message),
     })
     this.#targets = new SubscriptionTargets(this.#options, this.#events, this.#runtime.clock)
     this.#backfill = new SubscriptionBackfill({
