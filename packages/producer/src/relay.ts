@@ -6,6 +6,7 @@ import { Listener } from './listen.js'
 import { MarkBuffer } from './mark-buffer.js'
 import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
+import { type RelayOptionsView, relayOptionsView } from './relay-options-view.js'
 import { interruptibleSleep, type RelayRuntime, runtimeOf, sleep } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
 import { checkSchemaNotNewer } from './schema-version.js'
@@ -294,9 +295,8 @@ export class Relay {
   }
 
   /** The resolved, frozen options (secrets are not exposed). */
-  get options(): Omit<ResolvedRelayOptions, 'signingKeys'> {
-    const { signingKeys: _keys, ...rest } = this.#options
-    return rest
+  get options(): RelayOptionsView {
+    return relayOptionsView(this.#options)
   }
 
   /** True between `start()` and the end of `stop()`. */
