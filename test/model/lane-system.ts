@@ -59,8 +59,14 @@ export type SubscriptionTarget = number | 'implicit'
 
 /** A filter a subscription is created with or changed to. */
 export interface SubscriptionFilter {
-  readonly tenant: string | null
+  /** `'*'`: every tenant's events, said explicitly as the API requires once any subscription has a tenant. */
+  readonly tenant: string
   readonly eventTypes: readonly string[] | null
+}
+
+/** A filter as the routing model reads it: every tenant is null there, as the database stores it. */
+function routeOf(filter: SubscriptionFilter): Omit<Route, 'enabled'> {
+  return { tenant: filter.tenant === '*' ? null : filter.tenant, eventTypes: filter.eventTypes }
 }
 
 /** A backfill batch's size: the relay's own (hundreds of aggregates: the model's whole outbox), or a small one. */
@@ -688,14 +694,14 @@ export class LaneSystem {
       async (db) => {
         const { id } = await createSubscription(db, {
           url: this.#sink.urlForSubscription(key),
-          ...(filter.tenant === null ? {} : { tenant: filter.tenant }),
+          tenant: filter.tenant,
           ...(filter.eventTypes === null ? {} : { eventTypes: filter.eventTypes }),
           startAt,
         })
         slot.key = key
         slot.id = id
         this.#keys.set(id, key)
-        this.#routes.set(key, { ...filter, enabled: true })
+        this.#routes.set(key, { ...routeOf(filter), enabled: true })
         this.created += 1
         if (startAt === 'earliest') {
           this.#backfilling.set(key, id)
@@ -719,7 +725,7 @@ export class LaneSystem {
       true,
       async (db) => {
         await updateSubscription(db, id, { tenant: filter.tenant, eventTypes: filter.eventTypes })
-        this.#routes.set(key, { ...this.#routes.get(key)!, ...filter })
+        this.#routes.set(key, { ...this.#routes.get(key)!, ...routeOf(filter) })
       },
       () => {
         slot.busy = false

@@ -79,7 +79,7 @@ export const headers: Record<string, string> = signWebhook(
   { eventId: 'e1', body: '{}' },
 )
 // The console mounts in an express app like any router, and keeps its close().
-export const outboxConsole: OutboxConsole = createConsole({ db, token: 'a-token-of-16-characters' })
+export const outboxConsole: OutboxConsole = createConsole({ db, token: 'packed-console-token-0123456789' })
 export const admin = express().use('/outbox', outboxConsole)
 // enqueue takes a transaction, never the database: this must stay a type error.
 // @ts-expect-error
@@ -287,7 +287,7 @@ describe('the packed packages in a fresh npm app', () => {
       [
         '--input-type=module',
         '-e',
-        "const { createConsole } = await import('@outbox/console'); const c = createConsole({ db: { transaction() { return { execute: () => new Promise(() => {}) } } }, token: 'a-token-of-16-characters' }); process.stdout.write(typeof c.close); process.exit(0)",
+        "const { createConsole } = await import('@outbox/console'); const c = createConsole({ db: { transaction() { return { execute: () => new Promise(() => {}) } } }, token: 'packed-console-token-0123456789' }); process.stdout.write(typeof c.close); process.exit(0)",
       ],
       { cwd: app },
     )

@@ -11,7 +11,7 @@ export const SESSION_TTL_MS = 12 * 3600_000
 /** Sessions kept at most: the oldest is dropped past it, so logins in a loop cannot grow memory. */
 const MAX_SESSIONS = 1000
 
-/** The actor token users act under, in the audit log. */
+/** The actor a single `token` given without an `actor` acts under, in the audit log. */
 export const TOKEN_ACTOR = 'token'
 
 /** A user the console recognised, and how: bearer requests skip the form token (see `csrf.ts`). */
@@ -22,6 +22,8 @@ export interface Authenticated extends ConsoleUser {
 }
 
 interface Session {
+  /** Whose token opened it: the audit log's actor for everything done in it. */
+  readonly actor: string
   readonly csrfToken: string
   readonly expiresAt: number
 }
@@ -58,17 +60,24 @@ export class ConsoleAuth {
 
   constructor(private readonly options: ResolvedConsoleOptions) {}
 
-  /** Whether `token` is the console's token (false when it has none). */
-  tokenMatches(token: unknown): boolean {
-    return (
-      typeof token === 'string' && this.options.token !== undefined && sameSecret(token, this.options.token)
-    )
+  /**
+   * The actor whose token `token` is, or undefined when it is none of the console's. Every token is compared, so
+   * the time taken does not tell which one matched.
+   */
+  actorOf(token: unknown): string | undefined {
+    if (typeof token !== 'string') return undefined
+    let actor: string | undefined
+    for (const entry of this.options.tokens) {
+      if (sameSecret(token, entry.token)) actor ??= entry.actor
+    }
+    return actor
   }
 
-  /** Starts a session after a good login: returns its id, for the cookie. */
-  startSession(): string {
+  /** Starts a session for `actor` after a good login: returns its id, for the cookie. */
+  startSession(actor: string): string {
     const id = randomBytes(32).toString('base64url')
     this.#sessions.set(id, {
+      actor,
       csrfToken: randomBytes(32).toString('base64url'),
       expiresAt: Date.now() + SESSION_TTL_MS,
     })
@@ -89,14 +98,15 @@ export class ConsoleAuth {
     if (header !== undefined && /^Bearer /i.test(header)) {
       // A wrong bearer token is a 401 even if a cookie or the hook would let the request in: the caller said who
       // it is, and it was not so.
-      if (!this.tokenMatches(header.slice(7).trim())) return null
-      return { actor: TOKEN_ACTOR, canAct, via: 'bearer', csrfToken: undefined }
+      const actor = this.actorOf(header.slice(7).trim())
+      if (actor === undefined) return null
+      return { actor, canAct, via: 'bearer', csrfToken: undefined }
     }
     const id = cookie(request, SESSION_COOKIE)
     const session = id === undefined ? undefined : this.#sessions.get(id)
     if (id !== undefined && session !== undefined) {
       if (session.expiresAt > Date.now()) {
-        return { actor: TOKEN_ACTOR, canAct, via: 'session', csrfToken: session.csrfToken }
+        return { actor: session.actor, canAct, via: 'session', csrfToken: session.csrfToken }
       }
       this.#sessions.delete(id)
     }

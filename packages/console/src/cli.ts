@@ -23,6 +23,7 @@ if (options === 'help') {
   process.stdout.write(HELP)
   process.exit(0)
 }
+for (const warning of options.warnings) process.stderr.write(`outbox-console: warning: ${warning}\n`)
 
 const pool = new pg.Pool({
   connectionString: options.databaseUrl,
@@ -40,8 +41,15 @@ pool.on('connect', (client) => client.on('error', () => {}))
 const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
 const outboxConsole = createConsole({
   db,
-  token: options.token,
+  tokens: options.tokens,
   actions: options.actions,
+  trustProxy: options.trustProxy,
+  logger: {
+    debug: () => {},
+    info: () => {},
+    warn: (_fields, message) => process.stderr.write(`outbox-console: ${message}\n`),
+    error: (_fields, message) => process.stderr.write(`outbox-console: ${message}\n`),
+  },
   schema: options.schema,
   refreshMs: options.refreshMs,
 })

@@ -27,7 +27,10 @@ import {
   readDeadLetterQuery,
   toDeadLetterFilter,
 } from './dead-letter-query.js'
+import { FLASH_PARAM, type Flash, FlashSeal } from './flash.js'
+import { requestOrigin } from './forwarded.js'
 import { LagSampler } from './lag-sampler.js'
+import { LoginBackoff } from './login-backoff.js'
 import { type ConsoleOptions, resolveConsoleOptions } from './options.js'
 import { auditPage } from './pages/audit.js'
 import { deadLettersPage } from './pages/dead-letters.js'
@@ -98,6 +101,10 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
   const sampler = new LagSampler(db, { intervalMs: refreshMs, statementTimeoutMs, schema })
   const read = <T>(fn: Parameters<typeof readSnapshot<T>>[2]) => readSnapshot(db, statementTimeoutMs, fn)
   const baseOf = (request: Request) => resolved.basePath ?? request.baseUrl
+  const { trustProxy, logger } = resolved
+  const backoff = new LoginBackoff()
+  const flashes = new FlashSeal()
+  const tokenLogin = resolved.tokens.length > 0
   const router = express.Router()
 
   router.use(
@@ -121,13 +128,11 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
   })
 
   router.get('/login', (request, response) => {
-    response
-      .type('html')
-      .send(loginPage(baseOf(request), { failed: false, tokenLogin: resolved.token !== undefined }))
+    response.type('html').send(loginPage(baseOf(request), { failed: false, tokenLogin }))
   })
   router.post('/login', (request, response) => {
     const base = baseOf(request)
-    const crossSite = crossSiteReason(request)
+    const crossSite = crossSiteReason(request, trustProxy)
     if (crossSite !== null) {
       response
         .status(403)
@@ -135,17 +140,50 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
         .send(problemPage(base, 'Refused', `Refused ${crossSite}.`))
       return
     }
-    if (!auth.tokenMatches(field(request.body, 'token'))) {
+    const origin = requestOrigin(request, trustProxy)
+    const now = Date.now()
+    // A throttled attempt is answered before its token is looked at: a guess made then learns nothing.
+    const decision = backoff.check(origin.client, now)
+    if (!decision.allowed) {
+      const seconds = Math.max(1, Math.ceil(decision.retryAfterMs / 1000))
+      response
+        .status(429)
+        .set('Retry-After', String(seconds))
+        .type('html')
+        .send(
+          loginPage(base, {
+            failed: false,
+            tokenLogin,
+            throttled: `Too many failed sign-ins${decision.scope === 'global' ? ' on this console' : ''}: try again in ${seconds} s.`,
+          }),
+        )
+      return
+    }
+    const actor = auth.actorOf(field(request.body, 'token'))
+    if (actor === undefined) {
+      for (const start of backoff.fail(origin.client, now)) {
+        // One line per burst, when it starts to be throttled; the attempts it refuses after that stay quiet.
+        logger.warn(
+          start.scope === 'client'
+            ? { client: origin.client, failures: start.failures }
+            : { failures: start.failures },
+          start.scope === 'client'
+            ? `console: ${start.failures} failed sign-ins from ${origin.client}: its sign-ins are throttled`
+            : `console: ${start.failures} failed sign-ins from all clients: every sign-in is throttled`,
+        )
+      }
       response
         .status(401)
         .type('html')
-        .send(loginPage(base, { failed: true, tokenLogin: resolved.token !== undefined }))
+        .send(loginPage(base, { failed: true, tokenLogin }))
       return
     }
-    response.cookie(SESSION_COOKIE, auth.startSession(), {
+    backoff.succeed(origin.client)
+    response.cookie(SESSION_COOKIE, auth.startSession(actor), {
       httpOnly: true,
       sameSite: 'strict',
-      secure: request.secure,
+      // Over TLS the cookie must never travel in clear; behind a TLS proxy the proxy says whether it was TLS.
+      secure: origin.secure,
       path: base === '' ? '/' : base,
       maxAge: SESSION_TTL_MS,
     })
@@ -166,7 +204,7 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
     }
     response.locals.user = user
     if (request.method === 'POST') {
-      const forgery = forgeryReason(request, user)
+      const forgery = forgeryReason(request, user, trustProxy)
       if (forgery !== null) {
         response
           .status(403)
@@ -188,19 +226,12 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
   const userOf = (request: Request): Authenticated => request.res!.locals.user as Authenticated
   const context = (request: Request): PageContext => {
     const user = userOf(request)
-    const ok = field(request.query, 'ok')
-    const error = field(request.query, 'error')
     return {
       base: baseOf(request),
       user,
       canAct: user.canAct,
       refreshMs,
-      flash:
-        error !== undefined
-          ? { kind: 'error', text: error }
-          : ok !== undefined
-            ? { kind: 'ok', text: ok }
-            : undefined,
+      flash: flashes.open(field(request.query, FLASH_PARAM)),
     }
   }
 
@@ -220,16 +251,18 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
         ),
       )
   }
-  /** Sends the browser back to `path` with the action's outcome in the query (shown escaped, as any text). */
+  /** Sends the browser back to `path` with the action's outcome, sealed, so only the server's words show. */
   const done = (
     request: Request,
     res: Response,
     path: string,
     outcome: { ok: string } | { error: string },
   ) => {
+    const flash: Flash =
+      'ok' in outcome ? { kind: 'ok', text: outcome.ok } : { kind: 'error', text: outcome.error }
     res.redirect(
       303,
-      `${baseOf(request)}${path}${path.includes('?') ? '&' : '?'}${new URLSearchParams(outcome)}`,
+      `${baseOf(request)}${path}${path.includes('?') ? '&' : '?'}${new URLSearchParams({ [FLASH_PARAM]: flashes.seal(flash) })}`,
     )
   }
 

@@ -1,6 +1,7 @@
 import type { Request } from 'express'
 import type { Authenticated } from './auth.js'
 import { sameSecret } from './auth.js'
+import { requestOrigin } from './forwarded.js'
 
 /** The hidden form field every POST form carries. */
 export const CSRF_FIELD = '_csrf'
@@ -11,8 +12,8 @@ export const CSRF_FIELD = '_csrf'
  * another site cannot forge; and the session's form token, which it cannot read. Bearer requests skip the form
  * token — a browser never adds an `Authorization` header on its own — but not the origin check.
  */
-export function forgeryReason(request: Request, user: Authenticated): string | null {
-  const crossSite = crossSiteReason(request)
+export function forgeryReason(request: Request, user: Authenticated, trustProxy: boolean): string | null {
+  const crossSite = crossSiteReason(request, trustProxy)
   if (crossSite !== null) return crossSite
   if (user.via === 'bearer') return null
   const given = (request.body as Record<string, unknown> | undefined)?.[CSRF_FIELD]
@@ -27,9 +28,10 @@ export function forgeryReason(request: Request, user: Authenticated): string | n
  * user) is refused — `cross-site`, and `same-site` too, a page on another port of this host; an `Origin` whose
  * host is not the request's `Host` is refused. `Origin: null` is what Chromium sends from the console's own pages,
  * because they are served with `Referrer-Policy: no-referrer`: it passes only with `Sec-Fetch-Site: same-origin`.
- * The login form has no session token yet, so this alone guards it (no login forgery).
+ * The login form has no session token yet, so this alone guards it (no login forgery). Behind a trusted proxy the
+ * host is the one the browser addressed (`X-Forwarded-Host`), not the one the proxy wrote into `Host`.
  */
-export function crossSiteReason(request: Request): string | null {
+export function crossSiteReason(request: Request, trustProxy: boolean): string | null {
   const site = request.headers['sec-fetch-site']
   if (site !== undefined && site !== 'same-origin' && site !== 'none') return `a ${site} request`
   const origin = request.headers.origin
@@ -41,5 +43,5 @@ export function crossSiteReason(request: Request): string | null {
   } catch {
     return `a request with an unreadable Origin (${origin})`
   }
-  return host === request.headers.host ? null : `a request from another origin (${origin})`
+  return host === requestOrigin(request, trustProxy).host ? null : `a request from another origin (${origin})`
 }

@@ -38,6 +38,7 @@ describe('outbox-console', () => {
   it('serves the console on the URL it prints, behind the token, and exits 0 on SIGTERM', async () => {
     const bin = startBin(['--port', '0', '--refresh', '2s'], {
       OUTBOX_CONSOLE_TOKEN: TOKEN,
+      OUTBOX_CONSOLE_ACTOR: 'ops',
       DATABASE_URL: t.url,
     })
     const url = await bin.listening
@@ -59,7 +60,11 @@ describe('outbox-console', () => {
     const [helpCode] = await once(help.child, 'exit')
     expect(helpCode).toBe(0)
     expect(help.output().stdout).toMatch(/--database-url/)
-    const bad = startBin(['--refresh', 'soon'], { OUTBOX_CONSOLE_TOKEN: TOKEN, DATABASE_URL: t.url })
+    const bad = startBin(['--refresh', 'soon'], {
+      OUTBOX_CONSOLE_TOKEN: TOKEN,
+      OUTBOX_CONSOLE_ACTOR: 'ops',
+      DATABASE_URL: t.url,
+    })
     const [badCode] = await once(bad.child, 'exit')
     expect(badCode).toBe(2)
     expect(bad.output().stderr).toMatch(/--refresh/)

@@ -12,6 +12,13 @@ export type AuditAction =
   | 'dead-letters.discard'
   | 'integrity.repair'
   | 'subscription.drop-pending'
+  | 'subscription.create'
+  | 'subscription.update'
+  | 'subscription.disable'
+  | 'subscription.enable'
+  | 'subscription.delete'
+  | 'subscription.rotate-secret'
+  | 'events.replay'
 
 /** One row of the audit log: who did what to which target, when, and with what result. */
 export interface AuditEntry {
@@ -24,6 +31,19 @@ export interface AuditEntry {
   readonly target: Readonly<Record<string, unknown>>
   /** What happened: counts, outcomes, or why it was refused. */
   readonly result: Readonly<Record<string, unknown>>
+}
+
+/**
+ * A URL as the audit log may keep it: its host only. A subscriber's URL may carry a token in its user-info or query,
+ * and the audit log is read by more people than the subscription table.
+ */
+export function auditHost(url: string | null | undefined): string | null {
+  if (url === null || url === undefined) return null
+  try {
+    return new URL(url).host
+  } catch {
+    return null
+  }
 }
 
 /** The actor an action is recorded under when its caller names none. */

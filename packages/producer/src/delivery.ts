@@ -7,7 +7,7 @@ import {
 } from '@outbox/protocol'
 import { Agent } from 'undici'
 import type { DeliveryTarget } from './delivery-target.js'
-import { checkLiteralHost, guardedLookup } from './network-guard.js'
+import { checkLiteralHost, guardedLookup, PrivateAddressError } from './network-guard.js'
 import type { EndpointEvent } from './options.js'
 import { parseRetryAfter } from './retry-policy.js'
 import type { Clock } from './runtime.js'
@@ -36,6 +36,13 @@ export type DeliveryOutcome =
       /** From `Retry-After` on 429/503, already bounded. */
       readonly retryAfterMs?: number
     }
+
+/**
+ * What an attempt refused by the network guard records as its error (`last_error`, the delivery log): a subscriber
+ * may one day read it, and the guard's own message says which internal name resolves to which address. The relay's
+ * log keeps that detail (see `onRefused`).
+ */
+export const DESTINATION_NOT_ALLOWED = 'destination not allowed'
 
 /** The most parsed URLs a sender keeps (see `WebhookSender#parsed`). */
 const MAX_PARSED_URLS = 1024
@@ -69,6 +76,7 @@ export class WebhookSender {
   readonly #keys: readonly SigningKey[]
   /** Called at the first request sent without a signature; undefined once called (or when signing). */
   #onUnsigned: (() => void) | undefined
+  readonly #onRefused: ((refusal: PrivateAddressError) => void) | undefined
   readonly #timeoutMs: number
   /** The agent, timeout, clock and tracker every request shares, built once. */
   readonly #transport: WebhookTransport
@@ -87,8 +95,11 @@ export class WebhookSender {
     clock: Clock
     /** Told once, at the first request that goes out unsigned (no keys), so the relay can warn. */
     onUnsigned?: () => void
+    /** Told of each attempt the network guard refused, with the detail the stored error leaves out. */
+    onRefused?: (refusal: PrivateAddressError) => void
   }) {
     this.#keys = options.keys
+    this.#onRefused = options.onRefused
     this.#onUnsigned = options.keys.length === 0 ? options.onUnsigned : undefined
     this.#timeoutMs = options.timeoutMs
     this.#agent = new Agent(AGENT_OPTIONS)
@@ -142,7 +153,7 @@ export class WebhookSender {
     if (restricted) {
       // net.connect never calls the guarded lookup for an IP literal: refuse one here, before any socket.
       const refusal = checkLiteralHost(parsed)
-      if (refusal) return { kind: 'failure', httpStatus: null, error: refusal.message }
+      if (refusal) return this.#refused(refusal)
     }
     if (abort) this.#watch(abort)
     const shared = restricted ? this.#guarded() : this.#transport
@@ -154,6 +165,7 @@ export class WebhookSender {
       case 'timed out':
         return { kind: 'failure', httpStatus: null, error: `timed out after ${timeoutMs} ms` }
       case 'network error':
+        if (response.error instanceof PrivateAddressError) return this.#refused(response.error)
         return { kind: 'failure', httpStatus: null, error: describeNetworkError(response.error) }
     }
     const { status, body: text } = response
@@ -166,6 +178,16 @@ export class WebhookSender {
     return retryAfterMs === undefined
       ? { kind: 'failure', httpStatus: status, error, answer }
       : { kind: 'failure', httpStatus: status, error, answer, retryAfterMs }
+  }
+
+  /** A refused attempt: the generic error for the stored outcome, the detail for the relay's log. */
+  #refused(refusal: PrivateAddressError): DeliveryOutcome {
+    try {
+      this.#onRefused?.(refusal)
+    } catch {
+      // A logger that throws must not turn into anything but the failed attempt: send() never throws.
+    }
+    return { kind: 'failure', httpStatus: null, error: DESTINATION_NOT_ALLOWED }
   }
 
   /** The restricted targets' transport, its pool made now if this is their first request. */
@@ -230,9 +252,6 @@ function readStatus(text: string): DeliveryStatus | null {
 }
 
 function describeNetworkError(error: unknown): string {
-  // A refusal by the guarded lookup already says what happened and what to do; its code would only add noise.
-  if ((error as { code?: unknown } | undefined)?.code === 'ERR_OUTBOX_PRIVATE_ADDRESS')
-    return (error as Error).message
   if (error instanceof Error) {
     const code = (error as { code?: unknown }).code ?? (error.cause as { code?: unknown } | undefined)?.code
     return typeof code === 'string' ? `${code}: ${error.message}` : error.message

@@ -6,6 +6,7 @@ import { Listener } from './listen.js'
 import { MarkBuffer } from './mark-buffer.js'
 import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
+import { type RelayOptionsView, relayOptionsView } from './relay-options-view.js'
 import { interruptibleSleep, type RelayRuntime, runtimeOf, sleep } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
 import { checkSchemaNotNewer } from './schema-version.js'
@@ -220,6 +221,8 @@ export class Relay {
       timeoutMs: this.#options.requestTimeoutMs,
       clock: this.#runtime.clock,
       onUnsigned: () => this.#options.logger.warn({ signed: false }, UNSIGNED_WARNING),
+      onRefused: (refusal) =>
+        this.#options.logger.warn({ host: refusal.host, address: refusal.address }, refusal.message),
     })
     this.#targets = new SubscriptionTargets(this.#options, this.#events, this.#runtime.clock)
     this.#backfill = new SubscriptionBackfill({
@@ -307,10 +310,9 @@ export class Relay {
     })
   }
 
-  /** The resolved, frozen options (secrets and secret keys are not exposed). */
-  get options(): Omit<ResolvedRelayOptions, 'signingKeys' | 'secretKeys'> {
-    const { signingKeys: _keys, secretKeys: _secretKeys, ...rest } = this.#options
-    return rest
+  /** The resolved, frozen options (secrets are not exposed). */
+  get options(): RelayOptionsView {
+    return relayOptionsView(this.#options)
   }
 
   /** True between `start()` and the end of `stop()`. */

@@ -1,5 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises'
 import { type Kysely, sql } from 'kysely'
+import { actorOption, auditHost, recordAudit } from './audit.js'
 import { type Duration, parseDuration } from './duration.js'
 import { invalidOption, OutboxError } from './errors.js'
 import { notifyChannel, resolveSchema } from './schema-name.js'
@@ -38,6 +39,8 @@ export interface ReplayOptions {
   readonly signal?: AbortSignal
   /** @defaultValue 'public' */
   readonly schema?: string
+  /** Who asks, for the audit log (one entry per replay, with what it did). @defaultValue 'api' */
+  readonly actor?: string
 }
 
 /** What {@link replay} did. */
@@ -167,6 +170,7 @@ function pointInTime(value: Date | Duration, name: string, now: Date): Date {
  */
 export async function replay(db: Kysely<any>, options: ReplayOptions): Promise<ReplayResult> {
   const resolved = check(options)
+  const actor = actorOption(options.actor)
   const schema = resolveSchema(options.schema)
   const subscription = await getSubscription(db, resolved.ref, { schema })
   if (!subscription) {
@@ -214,9 +218,28 @@ export async function replay(db: Kysely<any>, options: ReplayOptions): Promise<R
   const report = () => options.onProgress?.({ aggregates, events, pendingLeased: leased.length })
 
   // First pass: every aggregate of the range once, in index order.
+  // One entry when the replay ends, however it ends: its batches are many transactions, and each stands on its own.
+  const recorded = async (result: ReplayResult): Promise<ReplayResult> => {
+    await recordAudit(ctx, {
+      actor,
+      action: 'events.replay',
+      target: {
+        subscription: subscription.id,
+        name: subscription.name,
+        host: auditHost(subscription.url),
+        since: since.toISOString(),
+        until: until.toISOString(),
+      },
+      result: { ...result },
+    })
+    return result
+  }
+
   let after: AggregateKey | undefined
   for (;;) {
-    if (options.signal?.aborted) return { aggregates, events, skippedLeased: leased.length, complete: false }
+    if (options.signal?.aborted) {
+      return await recorded({ aggregates, events, skippedLeased: leased.length, complete: false })
+    }
     const lanes = await selectReplayLanes(ctx, { ...range, after, limit: resolved.batchSize })
     if (lanes.length === 0) break
     after = lanes[lanes.length - 1]
@@ -238,12 +261,12 @@ export async function replay(db: Kysely<any>, options: ReplayOptions): Promise<R
     }
     report()
   }
-  return {
+  return await recorded({
     aggregates,
     events,
     skippedLeased: leased.length,
     complete: leased.length === 0 && !options.signal?.aborted,
-  }
+  })
 }
 
 /**

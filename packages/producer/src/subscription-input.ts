@@ -10,8 +10,10 @@ export interface SubscriptionSettings {
   /** A unique name, for people and the CLI (`outbox subscriptions show <name>`). @defaultValue none */
   readonly name?: string
   /**
-   * Receive only the events of this tenant (`enqueue`'s `tenant`). Without it the subscription receives every
-   * tenant's events and those without a tenant: for internal services, never for a customer.
+   * Receive only the events of this tenant (`enqueue`'s `tenant`), or `'*'`: every tenant's events and those without
+   * a tenant, for internal services, never for a customer. Leaving it out means `'*'` only while no stored
+   * subscription has a tenant; once one has, a subscription without a tenant is refused, so a field left out of a
+   * customer's form cannot leak every tenant's data.
    */
   readonly tenant?: string
   /**
@@ -92,6 +94,9 @@ const SETTINGS: readonly (keyof SubscriptionSettings)[] = [
   'retrySchedule',
   'requestTimeoutMs',
 ]
+
+/** {@link SubscriptionSettings.tenant} for every tenant's events. */
+export const ALL_TENANTS = '*'
 
 /** The longest name, tenant or event-type filter entry: the same bound as an aggregate key. */
 const MAX_TEXT = 200
@@ -221,7 +226,8 @@ function setting(key: keyof SubscriptionSettings, value: unknown, clearable: boo
       return name
     }
     case 'tenant':
-      return text(value, 'tenant')
+      // '*' is said on purpose, and stored as "every tenant" (null), as a subscription without one always was.
+      return value === ALL_TENANTS ? null : text(value, 'tenant')
     case 'eventTypes':
       return eventTypes(value)
     case 'onExhausted':

@@ -1,4 +1,5 @@
 import type { Kysely } from 'kysely'
+import { type AuditAction, actorOption, auditHost, recordAudit } from './audit.js'
 import { IMPLICIT_SUBSCRIPTION_ID } from './delivery-target.js'
 import { invalidOption, OutboxError } from './errors.js'
 import type { OnExhausted } from './options.js'
@@ -8,6 +9,7 @@ import { resolveSecretKeys, type SecretKeyring, type SecretKeys } from './secret
 import type { SqlContext } from './sql/sql-context.js'
 import {
   deleteSubscriptionRows,
+  type InTransaction,
   insertSubscription,
   rotateSecret,
   type SubscriptionRow,
@@ -32,10 +34,32 @@ export type {
   SubscriptionSettings,
 } from './subscription-input.js'
 
-/** Where the subscription tables are: `schema` as every producer function takes it. */
+/** Where the subscription tables are, and who asks: every change is recorded in the audit log under `actor`. */
 export interface SubscriptionCallOptions {
   /** @defaultValue 'public' */
   readonly schema?: string
+  /** Who makes the change, for the audit log (reads ignore it). @defaultValue 'api' */
+  readonly actor?: string
+}
+
+/**
+ * The audit hook of one subscription change: recorded in the change's own transaction, naming the subscription and
+ * its endpoint's host — never its full URL (it may carry a token) nor a secret.
+ */
+function audited<T>(
+  ctx: SqlContext,
+  actor: string,
+  action: AuditAction,
+  target: Readonly<Record<string, unknown>>,
+  result: (outcome: T) => Readonly<Record<string, unknown>> = () => ({}),
+): InTransaction<T> {
+  return async (trx, outcome) =>
+    await recordAudit({ db: trx, schema: ctx.schema }, { actor, action, target, result: result(outcome) })
+}
+
+/** What the audit log says of a subscription: its id, name and endpoint host. */
+function auditTarget(subscription: Pick<Subscription, 'id' | 'name' | 'url'>): Record<string, unknown> {
+  return { subscription: subscription.id, name: subscription.name, host: auditHost(subscription.url) }
 }
 
 /** Options of the calls that write a secret: {@link createSubscription}, {@link rotateSubscriptionSecret}. */
@@ -279,11 +303,23 @@ export async function createSubscription(
 ): Promise<{ readonly id: string; readonly secret: string }> {
   const { settings, secret, startAt } = checkCreateInput(input)
   const keyring = resolveSecretKeys(options?.secretKeys)
+  const actor = actorOption(options?.actor)
+  const ctx = context(db, options)
   const id = await nameIsFree(settings.name, () =>
-    insertSubscription(context(db, options), {
+    insertSubscription(ctx, {
       settings,
       storedSecret: (id) => storedSecret(keyring, id, secret),
       backfill: startAt === 'earliest',
+      implicitAllTenants: (input as { tenant?: unknown }).tenant === undefined,
+      beforeCommit: async (trx, id) =>
+        await audited<string>(ctx, actor, 'subscription.create', {
+          subscription: id,
+          name: settings.name ?? null,
+          host: auditHost(settings.url),
+          tenant: settings.tenant ?? null,
+          eventTypes: settings.eventTypes ?? null,
+          startAt,
+        })(trx, id),
     }),
   )
   return { id, secret }
@@ -331,6 +367,7 @@ export async function updateSubscription(
   options?: SubscriptionCallOptions,
 ): Promise<Subscription> {
   const ctx = context(db, options)
+  const actor = actorOption(options?.actor)
   const settings = checkChanges(changes)
   const found = await find(ctx, ref)
   if (found.implicit) {
@@ -341,8 +378,18 @@ export async function updateSubscription(
         'the implicit subscription is configured on its relay (endpoint, secret and the relay options), not here',
     )
   }
+  // What changed, as the audit log may keep it: the URL as its host only.
+  const { url, ...rest } = settings
+  const recorded = url === undefined ? rest : { ...rest, host: auditHost(url) }
   const updated = await nameIsFree(settings.name, () =>
-    updateSubscriptionRow(ctx, { id: found.id, settings }),
+    updateSubscriptionRow(ctx, {
+      id: found.id,
+      settings,
+      implicitAllTenants: (changes as { tenant?: unknown }).tenant === null,
+      beforeCommit: audited(ctx, actor, 'subscription.update', auditTarget(found), () => ({
+        changed: recorded,
+      })),
+    }),
   )
   if (!updated) throw notFound(ref)
   return await find(ctx, found.id)
@@ -370,6 +417,7 @@ export async function rotateSubscriptionSecret(
   }
   const secret = checkSecret(options.secret)
   const keyring = resolveSecretKeys(options.secretKeys)
+  const actor = actorOption(options.actor)
   const ctx = context(db, options)
   const found = await find(ctx, ref)
   if (found.implicit) {
@@ -380,7 +428,11 @@ export async function rotateSubscriptionSecret(
     )
   }
   const stored = storedSecret(keyring, found.id, secret)
-  if (!(await rotateSecret(ctx, { id: found.id, secret: stored, overlapMs }))) throw notFound(ref)
+  const beforeCommit = audited<boolean>(ctx, actor, 'subscription.rotate-secret', auditTarget(found), () => ({
+    overlapMs,
+  }))
+  if (!(await rotateSecret(ctx, { id: found.id, secret: stored, overlapMs, beforeCommit })))
+    throw notFound(ref)
   return { secret }
 }
 
@@ -405,10 +457,13 @@ export async function disableSubscription(
     )
   }
   const ctx = context(db, options)
+  const actor = actorOption(options.actor)
   const found = await find(ctx, ref)
-  if (
-    !(await setSubscriptionState(ctx, { id: found.id, enabled: false, reason: options.reason ?? 'disabled' }))
-  ) {
+  const reason = options.reason ?? 'disabled'
+  const beforeCommit = audited<boolean>(ctx, actor, 'subscription.disable', auditTarget(found), () => ({
+    reason,
+  }))
+  if (!(await setSubscriptionState(ctx, { id: found.id, enabled: false, reason, beforeCommit }))) {
     throw notFound(ref)
   }
   return await find(ctx, found.id)
@@ -424,8 +479,11 @@ export async function enableSubscription(
   options?: SubscriptionCallOptions,
 ): Promise<Subscription> {
   const ctx = context(db, options)
+  const actor = actorOption(options?.actor)
   const found = await find(ctx, ref)
-  if (!(await setSubscriptionState(ctx, { id: found.id, enabled: true, reason: null }))) throw notFound(ref)
+  const beforeCommit = audited<boolean>(ctx, actor, 'subscription.enable', auditTarget(found))
+  if (!(await setSubscriptionState(ctx, { id: found.id, enabled: true, reason: null, beforeCommit })))
+    throw notFound(ref)
   return await find(ctx, found.id)
 }
 
@@ -448,7 +506,15 @@ export async function deleteSubscription(
       () => 'the implicit subscription cannot be deleted: disable it instead',
     )
   }
-  const result = await deleteSubscriptionRows(ctx, { id: found.id })
+  const actor = actorOption(options?.actor)
+  const beforeCommit = audited<{ pending: number; total: number }>(
+    ctx,
+    actor,
+    'subscription.delete',
+    auditTarget(found),
+    (deleted) => ({ deleted: deleted.total, pendingDeleted: deleted.pending }),
+  )
+  const result = await deleteSubscriptionRows(ctx, { id: found.id, beforeCommit })
   if (!result) throw notFound(ref)
   return { deleted: result.total, pendingDeleted: result.pending }
 }

@@ -110,6 +110,36 @@ describe.concurrent('outbox subscriptions', () => {
     expect(await getSubscription(t.db, id)).toBeUndefined()
   })
 
+  it('masks URL tokens in list and show unless --show-urls, and warns about --secret on the command line', async () => {
+    const env = cliEnv({ DATABASE_URL: t.url })
+    const secret = `whsec_${Buffer.alloc(32, 7).toString('base64')}`
+    const added = await runCli(
+      [
+        'subscriptions',
+        'add',
+        '--url',
+        'https://hook:pw@mask.example/in?token=t0k3n',
+        '--name',
+        'cli-mask',
+        '--all-tenants',
+        '--secret',
+        secret,
+        '--actor',
+        'bob',
+      ],
+      env,
+    )
+    expect(added, added.stderr).toMatchObject({ code: 0 })
+    expect(added.stderr).toMatch(/--secret on the command line is shown by ps.*OUTBOX_SECRET/)
+    for (const args of [['list'], ['show', 'cli-mask'], ['show', 'cli-mask', '--json']]) {
+      const shown = await runCli(['subscriptions', ...args], env)
+      expect(shown.stdout).toContain('https://***@mask.example/in?token=***')
+      expect(shown.stdout).not.toContain('t0k3n')
+    }
+    const full = await runCli(['subscriptions', 'show', 'cli-mask', '--show-urls'], env)
+    expect(full.stdout).toContain('https://hook:pw@mask.example/in?token=t0k3n')
+  })
+
   it('adds with --start-at earliest and shows the backfill in show and list', async () => {
     const env = cliEnv({ DATABASE_URL: t.url })
     const added = await runCli(
@@ -120,6 +150,7 @@ describe.concurrent('outbox subscriptions', () => {
         'https://backfill.example/hooks',
         '--name',
         'cli-backfill',
+        '--all-tenants',
         '--start-at',
         'earliest',
       ],

@@ -32,7 +32,7 @@ function countBytesRead(onTestFinished: TestContext['onTestFinished']) {
     read.set(request, entry)
   }
   diagnostics.subscribe('undici:request:bodyChunkReceived', listener)
-  onTestFinished(() => diagnostics.unsubscribe('undici:request:bodyChunkReceived', listener))
+  onTestFinished(() => void diagnostics.unsubscribe('undici:request:bodyChunkReceived', listener))
   return { requests: () => [...read.values()] }
 }
 

@@ -66,7 +66,7 @@ describe('relay with stored subscriptions', () => {
     const [forA, forB, internal] = [await sink(), await sink(), await sink()]
     await createSubscription(t.db, { url: forA.url, tenant: 'tenant-a' })
     await createSubscription(t.db, { url: forB.url, tenant: 'tenant-b' })
-    await createSubscription(t.db, { url: internal.url })
+    await createSubscription(t.db, { url: internal.url, tenant: '*' })
     const sent: (string | undefined)[] = []
     for (let n = 0; n < 30; n++) {
       const tenant = [undefined, 'tenant-a', 'tenant-b'][n % 3]

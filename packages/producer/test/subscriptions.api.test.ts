@@ -90,8 +90,10 @@ describe('subscriptions', () => {
         message: expect.stringMatching(message),
       })
     }
-    await createSubscription(t.db, { url: 'https://x/h', name: 'api-taken' })
-    await expect(createSubscription(t.db, { url: 'https://y/h', name: 'api-taken' })).rejects.toMatchObject({
+    await createSubscription(t.db, { url: 'https://x/h', name: 'api-taken', tenant: '*' })
+    await expect(
+      createSubscription(t.db, { url: 'https://y/h', name: 'api-taken', tenant: '*' }),
+    ).rejects.toMatchObject({
       option: 'name',
       message: expect.stringMatching(/exists already/),
     })
@@ -100,9 +102,10 @@ describe('subscriptions', () => {
 
   it('updates settings, clears them with null, and refuses the implicit subscription', async () => {
     const { id } = await createSubscription(t.db, { url: 'https://x/h', name: 'api-upd', tenant: 't1' })
+    // Other subscriptions here have a tenant: back to every tenant is said with '*', not null.
     const updated = await updateSubscription(t.db, 'api-upd', {
       url: 'https://y/h',
-      tenant: null,
+      tenant: '*',
       eventTypes: ['a.b'],
       maxInFlight: 2,
     })
@@ -127,7 +130,11 @@ describe('subscriptions', () => {
   })
 
   it('rotates with an overlap: the old secret stays until it ends, then is dropped at the next rotation; 0 ends them all', async () => {
-    const { id, secret: first } = await createSubscription(t.db, { url: 'https://x/h', name: 'api-rot' })
+    const { id, secret: first } = await createSubscription(t.db, {
+      url: 'https://x/h',
+      name: 'api-rot',
+      tenant: '*',
+    })
     const { secret: second } = await rotateSubscriptionSecret(t.db, id, { overlapMs: 3_600_000 })
     expect(second).not.toBe(first)
     const rows = await secretsOf(id)

@@ -10,7 +10,7 @@ export interface PageContext {
   /** Whether this user sees action buttons: the console's `actions` on and the user may act. */
   readonly canAct: boolean
   readonly refreshMs: number
-  /** The outcome of the last action, from the redirect's query. */
+  /** The outcome of the last action, from the redirect's sealed query value (see `flash.ts`). */
   readonly flash: { readonly kind: 'ok' | 'error'; readonly text: string } | undefined
 }
 

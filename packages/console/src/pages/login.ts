@@ -13,7 +13,7 @@ function shell(base: string, title: string, body: ReturnType<typeof html>): stri
 /** `/login`: exchanges the console's token, typed once, for a session cookie. */
 export function loginPage(
   base: string,
-  options: { readonly failed: boolean; readonly tokenLogin: boolean },
+  options: { readonly failed: boolean; readonly tokenLogin: boolean; readonly throttled?: string },
 ): string {
   if (!options.tokenLogin) {
     return shell(
@@ -25,7 +25,11 @@ export function loginPage(
   return shell(
     base,
     'Sign in',
-    html`${options.failed ? html`<p class="flash error" role="alert">That token is not this console’s.</p>` : ''}
+    html`${options.failed ? html`<p class="flash error" role="alert">That token is not this console’s.</p>` : ''}${
+      options.throttled !== undefined
+        ? html`<p class="flash error" role="alert">${options.throttled}</p>`
+        : ''
+    }
 <form method="post" action="${base}/login" class="login">
 <label>Console token <input type="password" name="token" autocomplete="current-password" required autofocus></label>
 <button type="submit">Sign in</button>

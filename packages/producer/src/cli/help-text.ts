@@ -121,8 +121,11 @@ subscription that is down or slow never delays another. <subscription> is an id 
                                       create one; prints its id and its secret (shown this once only).
                                       earliest: first every retained event it wants (copied by the relays in
                                       batches; nothing is delivered until the copy is done), then what follows
-  list [--tenant <t>] [--json]        every subscription, never their secrets (and backfill progress)
-  show <subscription> [--json]        one subscription, with its backfill's progress
+  list [--tenant <t>] [--json] [--show-urls]
+                                      every subscription, never their secrets (and backfill progress); URLs
+                                      with their user-info and query values masked unless --show-urls
+  show <subscription> [--json] [--show-urls]
+                                      one subscription, with its backfill's progress
   update <subscription> [settings]    change its URL, filters or limits (--clear <setting> to unset one)
   disable <subscription> [--reason r] pause it: relays stop delivering; its events are kept (and pin pruning)
                                       until it is enabled or deleted, or outbox prune --disabled-retention
@@ -141,9 +144,14 @@ subscription that is down or slow never delays another. <subscription> is an id 
 Settings (add, update):
   --url <url>                   the subscriber's http(s) URL
   --name <name>                 a unique name, usable in place of the id
-  --tenant <tenant>             receive only this tenant's events (enqueue's tenant); without it, every event
+  --tenant <tenant>             receive only this tenant's events (enqueue's tenant)
+  --all-tenants                 receive every tenant's events (tenant '*'); once any subscription has a tenant,
+                                add without --tenant or --all-tenants is refused, so none gets them by omission
   --event-type <type>           receive only this type, exact or a prefix ending in * (order.*); repeatable
   --secret <whsec_…>            (add) the signing secret; default: a new random one     [env: OUTBOX_SECRET]
+                                on the command line ps shows it (warned): prefer OUTBOX_SECRET
+  --actor <name>                who makes the change, in the audit log (every subcommand that changes
+                                something; default: the OS user)
   --max-in-flight <n>           most of its lanes in flight at once, across every relay
   --rate <n>                    most requests per second to it, across every relay (0.5 = one every 2 s)
   --retry-schedule <durations>  its own retry delays, e.g. 5s,5m,30m (default: the relay's)
@@ -154,7 +162,7 @@ ${databaseOptions(28)}
 
 Examples:
   outbox subscriptions add --url https://acme.example/hooks --name acme --tenant acme --event-type 'order.*'
-  outbox subscriptions add --url https://audit.internal/hooks --name audit --start-at earliest
+  outbox subscriptions add --url https://audit.internal/hooks --name audit --all-tenants --start-at earliest
   outbox subscriptions disable acme --reason "customer asked"
   outbox subscriptions rotate-secret acme --overlap 24h
   outbox subscriptions replay acme --since 2h

@@ -3,7 +3,10 @@ import type { AddressInfo } from 'node:net'
 import type { Registry } from 'prom-client'
 import { CliError } from './cli-error.js'
 
-/** What `/readyz` answers: ready, or why not (shown to whoever probes, so it names no secret). */
+/**
+ * What `/readyz` answers: ready, or why not. The reason may name the database host and how it failed, so only a
+ * probe from this machine (loopback) reads it; any other gets the bare status.
+ */
 export type Readiness = { readonly ready: true } | { readonly ready: false; readonly reason: string }
 
 /** How {@link RelayHttpServer.listen} is set up. */
@@ -101,6 +104,16 @@ export class RelayHttpServer {
   }
 }
 
+/**
+ * Whether a request comes from this machine: a probe over loopback is the operator's (or a sidecar's); anything else
+ * may be anyone who can reach the port, and learns no more than the status.
+ */
+export function fromLoopback(address: string | undefined): boolean {
+  if (address === undefined) return false
+  const v4 = address.startsWith('::ffff:') ? address.slice(7) : address
+  return v4.startsWith('127.') || address === '::1'
+}
+
 function send(response: ServerResponse, status: number, body: unknown, method: string | undefined): void {
   const text = `${JSON.stringify(body)}\n`
   response.writeHead(status, {
@@ -150,14 +163,27 @@ async function answer(
     if (path === '/readyz') {
       const readiness = await options.readiness()
       if (readiness.ready) send(response, 200, { status: 'ready' }, request.method)
-      else send(response, 503, { status: 'not ready', reason: readiness.reason }, request.method)
+      else if (fromLoopback(request.socket.remoteAddress)) {
+        send(response, 503, { status: 'not ready', reason: readiness.reason }, request.method)
+      } else send(response, 503, { status: 'not ready' }, request.method)
       return
     }
     send(response, 404, { error: 'not found: /metrics, /healthz and /readyz are served' }, request.method)
   } catch (error) {
-    // A metric collector that failed (the gauges read the database): say so, never a stack trace.
+    // A metric collector that failed (the gauges read the database): say so, never a stack trace, and what failed
+    // only to this machine, for the same reason as /readyz's reason.
     if (!response.headersSent) {
-      send(response, 500, { error: error instanceof Error ? error.message : String(error) }, request.method)
+      const detail = error instanceof Error ? error.message : String(error)
+      send(
+        response,
+        500,
+        {
+          error: fromLoopback(request.socket.remoteAddress)
+            ? detail
+            : 'a metric could not be read (ask from this machine for why)',
+        },
+        request.method,
+      )
     } else response.destroy()
   }
 }

@@ -1,5 +1,6 @@
 import { clearLine, cursorTo } from 'node:readline'
 import type { ReplayProgress, ReplayResult } from '../index.js'
+import { cliActor } from './cli-actor.js'
 import { EXIT_PRUNE_NOT_CAUGHT_UP } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
@@ -16,6 +17,7 @@ const FLAGS = {
   'batch-size': { type: 'string' },
   'lease-wait': { type: 'string' },
   json: { type: 'boolean' },
+  actor: { type: 'string' },
 } as const
 
 const DURATION = /^\d+(\.\d+)?\s*(ms|s|m|h|d|w)?$/
@@ -82,6 +84,7 @@ export async function replayCommand(command: string, argv: readonly string[], io
           onProgress,
           signal: interrupt.signal,
           schema: target.schema,
+          actor: cliActor(values.actor),
         }),
       ),
     )

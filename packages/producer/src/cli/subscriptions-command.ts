@@ -1,5 +1,7 @@
 import type { Kysely } from 'kysely'
 import type { CreateSubscriptionInput, Subscription, SubscriptionChanges } from '../index.js'
+import { maskUrl } from '../mask-url.js'
+import { cliActor } from './cli-actor.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
 import { formatTable } from './format-text.js'
@@ -15,6 +17,7 @@ const SETTING_FLAGS = {
   url: { type: 'string' },
   name: { type: 'string' },
   tenant: { type: 'string' },
+  'all-tenants': { type: 'boolean' },
   'event-type': { type: 'string', multiple: true },
   'max-in-flight': { type: 'string' },
   rate: { type: 'string' },
@@ -22,7 +25,30 @@ const SETTING_FLAGS = {
   'request-timeout-ms': { type: 'string' },
   'on-exhausted': { type: 'string' },
   json: { type: 'boolean' },
+  actor: { type: 'string' },
 } as const
+
+/** Who a change is recorded under in the audit log: `--actor`, else the OS user. */
+const ACTOR_FLAG = { actor: { type: 'string' } } as const
+
+/** Prints full subscription URLs, query tokens and user-info included, in `list` and `show`. */
+const SHOW_URLS_FLAG = { 'show-urls': { type: 'boolean' } } as const
+
+/** Warns that a secret typed as a flag is on every user's `ps` while the command runs. */
+function warnSecretFlag(io: CliIo, secret: string | undefined): void {
+  if (secret !== undefined) {
+    writeLine(
+      io.stderr,
+      'warning: --secret on the command line is shown by ps to every user of this machine: set OUTBOX_SECRET instead, or let the command generate one',
+    )
+  }
+}
+
+/** A subscription as `list` and `show` print it: its URL masked unless `--show-urls`. */
+function shown(subscription: Subscription, showUrls: boolean | undefined): Subscription {
+  if (showUrls || subscription.url === null) return subscription
+  return { ...subscription, url: maskUrl(subscription.url) }
+}
 
 /** Settings `update --clear` may unset (back to every tenant, every type, the relay's defaults). */
 const CLEARABLE: Readonly<Record<string, keyof SubscriptionChanges>> = {
@@ -49,7 +75,12 @@ function settingsOf(values: SettingValues): SubscriptionChanges {
   const settings: Record<string, unknown> = {}
   if (values.url !== undefined) settings.url = values.url
   if (values.name !== undefined) settings.name = values.name
+  if (values.tenant !== undefined && values['all-tenants']) {
+    throw new UsageError('give --tenant <name> or --all-tenants, not both')
+  }
   if (values.tenant !== undefined) settings.tenant = values.tenant
+  // '*' stated on purpose: every tenant's events (refused when left out once any subscription has a tenant).
+  if (values['all-tenants']) settings.tenant = '*'
   if (values['event-type'] !== undefined) settings.eventTypes = values['event-type']
   if (values['max-in-flight'] !== undefined) settings.maxInFlight = numberFlag(values['max-in-flight'])
   if (values.rate !== undefined) settings.ratePerSecond = numberFlag(values.rate)
@@ -186,6 +217,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
         throw new UsageError('add takes flags only, e.g. --url <url> (see outbox subscriptions --help)')
       if (values.url === undefined)
         throw new UsageError('add needs --url <url> (see outbox subscriptions --help)')
+      warnSecretFlag(io, values.secret)
       const secret = values.secret ?? (io.env.OUTBOX_SECRET || undefined)
       const secretKeys = secretKeysFromEnv(io.env)
       const startAt =
@@ -200,7 +232,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
             ...(secret ? { secret } : {}),
             ...(startAt ? { startAt } : {}),
           },
-          { schema, secretKeys },
+          { schema, secretKeys, actor: cliActor(values.actor) },
         ),
       )
       if (values.json) writeLine(io.stdout, JSON.stringify(created))
@@ -223,15 +255,18 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
     case 'list': {
       const { values } = parseFlags(command, rest, {
         ...DATABASE_FLAGS,
+        ...SHOW_URLS_FLAG,
         tenant: { type: 'string' },
         json: { type: 'boolean' },
       })
-      const listed: Subscription[] = await run(values, (db, producer, schema) =>
-        producer.listSubscriptions(db, {
-          schema,
-          ...(values.tenant === undefined ? {} : { tenant: values.tenant }),
-        }),
-      )
+      const listed = (
+        await run(values, (db, producer, schema) =>
+          producer.listSubscriptions(db, {
+            schema,
+            ...(values.tenant === undefined ? {} : { tenant: values.tenant }),
+          }),
+        )
+      ).map((subscription) => shown(subscription, values['show-urls']))
       if (values.json) {
         writeLine(io.stdout, JSON.stringify(listed, null, 2))
         return 0
@@ -260,7 +295,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       const { values, positionals } = parseFlags(
         command,
         rest,
-        { ...DATABASE_FLAGS, json: { type: 'boolean' } },
+        { ...DATABASE_FLAGS, ...SHOW_URLS_FLAG, json: { type: 'boolean' } },
         true,
       )
       const ref = refOf('show', positionals)
@@ -269,7 +304,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       )
       if (!found)
         throw new UsageError(`no subscription ${JSON.stringify(ref)} (see outbox subscriptions list)`)
-      print(io, values.json, found)
+      print(io, values.json, shown(found, values['show-urls']))
       return 0
     }
     case 'update': {
@@ -291,7 +326,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
         changes[setting] = null
       }
       const updated: Subscription = await run(values, (db, producer, schema) =>
-        producer.updateSubscription(db, ref, changes, { schema }),
+        producer.updateSubscription(db, ref, changes, { schema, actor: cliActor(values.actor) }),
       )
       print(io, values.json, updated)
       return 0
@@ -301,7 +336,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       const { values, positionals } = parseFlags(
         command,
         rest,
-        { ...DATABASE_FLAGS, reason: { type: 'string' }, json: { type: 'boolean' } },
+        { ...DATABASE_FLAGS, ...ACTOR_FLAG, reason: { type: 'string' }, json: { type: 'boolean' } },
         true,
       )
       const ref = refOf(action, positionals)
@@ -309,8 +344,12 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       if (action === 'enable' && reason !== undefined) throw new UsageError('--reason goes with disable only')
       const changed: Subscription = await run(values, (db, producer, schema) =>
         action === 'disable'
-          ? producer.disableSubscription(db, ref, { schema, ...(reason === undefined ? {} : { reason }) })
-          : producer.enableSubscription(db, ref, { schema }),
+          ? producer.disableSubscription(db, ref, {
+              schema,
+              actor: cliActor(values.actor),
+              ...(reason === undefined ? {} : { reason }),
+            })
+          : producer.enableSubscription(db, ref, { schema, actor: cliActor(values.actor) }),
       )
       if (values.json) writeLine(io.stdout, JSON.stringify(changed, null, 2))
       else writeLine(io.stdout, `${changed.name ?? changed.id} is ${changed.state}`)
@@ -320,7 +359,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       const { values, positionals } = parseFlags(
         command,
         rest,
-        { ...DATABASE_FLAGS, yes: { type: 'boolean' }, json: { type: 'boolean' } },
+        { ...DATABASE_FLAGS, ...ACTOR_FLAG, yes: { type: 'boolean' }, json: { type: 'boolean' } },
         true,
       )
       const ref = refOf('delete', positionals)
@@ -330,7 +369,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
         )
       }
       const result: { deleted: number; pendingDeleted: number } = await run(values, (db, producer, schema) =>
-        producer.deleteSubscription(db, ref, { schema }),
+        producer.deleteSubscription(db, ref, { schema, actor: cliActor(values.actor) }),
       )
       if (values.json) writeLine(io.stdout, JSON.stringify(result))
       else
@@ -346,6 +385,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
         rest,
         {
           ...DATABASE_FLAGS,
+          ...ACTOR_FLAG,
           overlap: { type: 'string' },
           secret: { type: 'string' },
           json: { type: 'boolean' },
@@ -354,12 +394,14 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       )
       const ref = refOf('rotate-secret', positionals)
       const overlapMs = durationFlag(values.overlap, 'overlap')
+      warnSecretFlag(io, values.secret)
       const secret = values.secret ?? (io.env.OUTBOX_SECRET || undefined)
       const secretKeys = secretKeysFromEnv(io.env)
       const rotated: { secret: string } = await run(values, (db, producer, schema) =>
         producer.rotateSubscriptionSecret(db, ref, {
           schema,
           secretKeys,
+          actor: cliActor(values.actor),
           ...(overlapMs === undefined ? {} : { overlapMs }),
           ...(secret ? { secret } : {}),
         }),

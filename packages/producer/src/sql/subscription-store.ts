@@ -1,6 +1,13 @@
 import { type Kysely, sql } from 'kysely'
 import type { StoredSettings } from '../subscription-input.js'
 import type { SqlContext } from './sql-context.js'
+import { checkTenantRule } from './tenant-rule.js'
+
+/**
+ * Runs last in a subscription change's own transaction, with what it did: where the caller records the change in the
+ * audit log, so a row exists exactly when the change committed.
+ */
+export type InTransaction<T> = (trx: Kysely<any>, outcome: T) => Promise<void>
 
 /** A subscription row as stored, with what is known of its secrets (never the secrets themselves). */
 export interface SubscriptionRow {
@@ -83,11 +90,15 @@ export async function insertSubscription(
     readonly settings: StoredSettings
     readonly storedSecret: (id: string) => string
     readonly backfill: boolean
+    /** Created without a tenant (rather than with `'*'`): refused once any stored subscription has one. */
+    readonly implicitAllTenants?: boolean
+    readonly beforeCommit?: InTransaction<string>
   },
 ): Promise<string> {
   const { db, schema } = ctx
   return await db.transaction().execute(async (trx) => {
     await routingBarrier(trx, schema)
+    await checkTenantRule(trx, schema, { implicitAllTenants: request.implicitAllTenants === true })
     const keys = Object.keys(request.settings) as (keyof StoredSettings)[]
     const columns = keys.map((key) => sql.id(COLUMNS[key]))
     const values = keys.map((key) => value(key, request.settings[key]))
@@ -103,6 +114,7 @@ export async function insertSubscription(
     await sql`
       INSERT INTO ${sql.id(schema, 'outbox_subscription_secret')} (subscription_id, secret)
       VALUES (${id}::uuid, ${request.storedSecret(id)})`.execute(trx)
+    await request.beforeCommit?.(trx, id)
     return id
   })
 }
@@ -146,18 +158,32 @@ export async function selectSubscriptions(
  */
 export async function updateSubscriptionRow(
   ctx: SqlContext,
-  request: { readonly id: string; readonly settings: StoredSettings },
+  request: {
+    readonly id: string
+    readonly settings: StoredSettings
+    /** Its tenant cleared with null (rather than set to `'*'`): refused once another subscription has one. */
+    readonly implicitAllTenants?: boolean
+    readonly beforeCommit?: InTransaction<boolean>
+  },
 ): Promise<boolean> {
   const { db, schema } = ctx
   const keys = Object.keys(request.settings) as (keyof StoredSettings)[]
   return await db.transaction().execute(async (trx) => {
     if (keys.includes('tenant') || keys.includes('eventTypes')) await routingBarrier(trx, schema)
+    if (keys.includes('tenant')) {
+      await checkTenantRule(trx, schema, {
+        implicitAllTenants: request.implicitAllTenants === true,
+        except: request.id,
+      })
+    }
     const result = await sql`
       UPDATE ${sql.id(schema, 'outbox_subscription')}
       SET ${sql.join(keys.map((key) => sql`${sql.id(COLUMNS[key])} = ${value(key, request.settings[key])}`))},
           updated_at = now()
       WHERE id = ${request.id}::uuid`.execute(trx)
-    return Number(result.numAffectedRows ?? 0) > 0
+    const updated = Number(result.numAffectedRows ?? 0) > 0
+    if (updated) await request.beforeCommit?.(trx, updated)
+    return updated
   })
 }
 
@@ -168,7 +194,12 @@ export async function updateSubscriptionRow(
  */
 export async function setSubscriptionState(
   ctx: SqlContext,
-  request: { readonly id: string; readonly enabled: boolean; readonly reason: string | null },
+  request: {
+    readonly id: string
+    readonly enabled: boolean
+    readonly reason: string | null
+    readonly beforeCommit?: InTransaction<boolean>
+  },
 ): Promise<boolean> {
   const { db, schema } = ctx
   return await db.transaction().execute(async (trx) => {
@@ -186,7 +217,9 @@ export async function setSubscriptionState(
           }
           updated_at = now()
       WHERE id = ${request.id}::uuid`.execute(trx)
-    return Number(result.numAffectedRows ?? 0) > 0
+    const changed = Number(result.numAffectedRows ?? 0) > 0
+    if (changed) await request.beforeCommit?.(trx, changed)
+    return changed
   })
 }
 
@@ -197,7 +230,12 @@ export async function setSubscriptionState(
  */
 export async function rotateSecret(
   ctx: SqlContext,
-  request: { readonly id: string; readonly secret: string; readonly overlapMs: number },
+  request: {
+    readonly id: string
+    readonly secret: string
+    readonly overlapMs: number
+    readonly beforeCommit?: InTransaction<boolean>
+  },
 ): Promise<boolean> {
   const { db, schema } = ctx
   const secrets = sql.id(schema, 'outbox_subscription_secret')
@@ -222,6 +260,7 @@ export async function rotateSecret(
       UPDATE ${sql.id(schema, 'outbox_subscription')} SET updated_at = now() WHERE id = ${request.id}::uuid`.execute(
       trx,
     )
+    await request.beforeCommit?.(trx, true)
     return true
   })
 }
@@ -233,7 +272,7 @@ export async function rotateSecret(
  */
 export async function deleteSubscriptionRows(
   ctx: SqlContext,
-  request: { readonly id: string },
+  request: { readonly id: string; readonly beforeCommit?: InTransaction<{ pending: number; total: number }> },
 ): Promise<{ pending: number; total: number } | undefined> {
   const { db, schema } = ctx
   return await db.transaction().execute(async (trx) => {
@@ -252,7 +291,9 @@ export async function deleteSubscriptionRows(
     await sql`DELETE FROM ${sql.id(schema, 'outbox_lane')} WHERE subscription_id = ${request.id}::uuid`.execute(
       trx,
     )
-    return { pending: Number(counts[0]!.pending), total: Number(counts[0]!.total) }
+    const deleted = { pending: Number(counts[0]!.pending), total: Number(counts[0]!.total) }
+    await request.beforeCommit?.(trx, deleted)
+    return deleted
   })
 }
 
