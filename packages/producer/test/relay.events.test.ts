@@ -143,14 +143,15 @@ describe('relay events and logging', () => {
       { aggregateId: 'claimed-only', charged: false, attempts: 0 },
       { aggregateId: 'started', charged: true, attempts: 1 },
     ])
-    // The free one is delivered at once; the charged one is a failed attempt, retried on the schedule.
+    // The free one is delivered at once; the charged one is retried on the schedule. Its charge is provisional (the
+    // dead claim had not started its request alone), so it counts no attempt: its attempts stay 0.
     expect(seen['delivery:success']).toEqual([
       expect.objectContaining({ aggregateId: 'claimed-only', attempts: 1 }),
     ])
     expect(seen['delivery:retry']).toEqual([
       expect.objectContaining({
         aggregateId: 'started',
-        attempts: 1,
+        attempts: 0,
         httpStatus: null,
         retryInMs: expect.any(Number),
       }),
