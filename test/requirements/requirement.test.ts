@@ -5,7 +5,7 @@
  * the test sources are searched for one.
  */
 import { execFile } from 'node:child_process'
-import { readdirSync, readFileSync } from 'node:fs'
+import { type Dirent, readdirSync, readFileSync } from 'node:fs'
 import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { CHROMIUM_PATHS, findChromium } from '@outbox/test-harness'
@@ -17,7 +17,7 @@ const VITEST = join(REPO_ROOT, 'node_modules/vitest/vitest.mjs')
 
 /** Runs the fixture in a child vitest; resolves with its exit code and everything it printed. */
 function runFixture(requireAll: boolean): Promise<{ code: number; output: string }> {
-  const env = { ...process.env, NO_COLOR: '1', FORCE_COLOR: '0' }
+  const env: NodeJS.ProcessEnv = { ...process.env, NO_COLOR: '1', FORCE_COLOR: '0' }
   delete env.OUTBOX_REQUIRE_ALL
   if (requireAll) env.OUTBOX_REQUIRE_ALL = '1'
   return new Promise((resolve) => {
@@ -29,6 +29,35 @@ function runFixture(requireAll: boolean): Promise<{ code: number; output: string
         resolve({ code: error ? Number(error.code ?? 1) : 0, output: `${stdout}\n${stderr}` }),
     )
   })
+}
+
+/** Test sources: every .ts under a test folder, but the requirement mechanism's own. */
+function testSources(): string[] {
+  const roots = [
+    'test',
+    'bench/test',
+    ...['packages', 'examples'].flatMap((parent) =>
+      readdirSync(join(REPO_ROOT, parent)).map((name) => `${parent}/${name}/test`),
+    ),
+  ]
+  const files: string[] = []
+  const walk = (dir: string) => {
+    let entries: Dirent[]
+    try {
+      entries = readdirSync(dir, { withFileTypes: true })
+    } catch {
+      return
+    }
+    for (const entry of entries) {
+      const path = join(dir, entry.name)
+      if (entry.isDirectory() && entry.name !== 'node_modules') walk(path)
+      else if (/\.(ts|mts|cts)$/.test(entry.name)) files.push(path)
+    }
+  }
+  for (const root of roots) walk(join(REPO_ROOT, root))
+  // The mechanism and its own test (with its fixture of made-up requirements) name the skips they implement.
+  const own = [join(REPO_ROOT, 'test/requirements/'), join(REPO_ROOT, 'test/harness/src/requirement.ts')]
+  return files.filter((file) => !own.some((path) => file.startsWith(path)))
 }
 
 describe('requires()', () => {
@@ -70,34 +99,6 @@ describe('findChromium()', () => {
 })
 
 describe('the only allowed skip', () => {
-  /** Test sources: every .ts under a test folder, but the requirement module and this file, which name the skips. */
-  function testSources(): string[] {
-    const roots = [
-      'test',
-      'bench/test',
-      ...['packages', 'examples'].flatMap((parent) =>
-        readdirSync(join(REPO_ROOT, parent)).map((name) => `${parent}/${name}/test`),
-      ),
-    ]
-    const files: string[] = []
-    const walk = (dir: string) => {
-      let entries: import('node:fs').Dirent[]
-      try {
-        entries = readdirSync(dir, { withFileTypes: true })
-      } catch {
-        return
-      }
-      for (const entry of entries) {
-        const path = join(dir, entry.name)
-        if (entry.isDirectory() && entry.name !== 'node_modules') walk(path)
-        else if (/\.(ts|mts|cts)$/.test(entry.name)) files.push(path)
-      }
-    }
-    for (const root of roots) walk(join(REPO_ROOT, root))
-    const own = [fileURLToPath(import.meta.url), join(REPO_ROOT, 'test/harness/src/requirement.ts')]
-    return files.filter((file) => !own.includes(file))
-  }
-
   it('no test is skipped, made conditional or left to do except through requires()', () => {
     const skip = /\b(it|test|describe|suite)\.(skip|skipIf|runIf|todo)\b|\b(ctx|context)\.skip\(/
     const offenders = testSources().flatMap((file) =>
@@ -109,5 +110,23 @@ describe('the only allowed skip', () => {
     )
     expect(testSources().length).toBeGreaterThan(50)
     expect(offenders).toEqual([])
+  })
+})
+
+describe("the README's test section", () => {
+  it('names every requirement a suite declares', () => {
+    const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8')
+    const section = readme.slice(readme.indexOf('## Run the tests'), readme.indexOf('## CI'))
+    const declared = testSources().flatMap((file) =>
+      [...readFileSync(file, 'utf8').matchAll(/\brequires\(\s*'([^']+)'/g)].map((match) => match[1]!),
+    )
+    expect(declared).toEqual(
+      expect.arrayContaining([
+        'console browser suite',
+        'CLI terminal tests',
+        'readiness probe from another address',
+      ]),
+    )
+    expect(declared.filter((suite) => !section.includes(`| ${suite}`))).toEqual([])
   })
 })
