@@ -22,6 +22,8 @@ export default defineConfig({
       'bench/test/**/*.test.ts',
     ],
     globalSetup: ['./vitest.global-setup.ts'],
+    // After the summary, one line per suite skipped for something the machine lacks (see `requires`).
+    reporters: ['default', './test/harness/src/requirement-reporter.ts'],
     pool: 'forks',
     // One test file per CPU, not vitest's default of one fewer: the suites spend most of their time waiting on
     // PostgreSQL, HTTP and leases, and on two CPUs the default ran every file one after another (measured on such a

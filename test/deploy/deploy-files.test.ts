@@ -179,7 +179,9 @@ describe('deploy/: operations files against the live relay', () => {
     expect(dockerfile).toMatch(new RegExp(`^EXPOSE ${port}$`, 'm'))
     expect(dockerfile).toMatch(new RegExp(`^HEALTHCHECK .*\\n.*http://127\\.0\\.0\\.1:${port}/healthz`, 'm'))
     expect(dockerfile).toMatch(/^USER (?!root)\S+$/m)
-    expect(dockerfile).toMatch(/^ENTRYPOINT \["node", "\/app\/dist\/cli\.js", "relay"\]$/m)
+    expect(dockerfile).toMatch(
+      /^ENTRYPOINT \["node", "\/app\/node_modules\/@outbox\/producer\/dist\/cli\.js", "relay"\]$/m,
+    )
     // Every flag the three files pass is one `outbox relay` knows.
     const help = (await runCli(['relay', '--help'], cliEnv())).stdout
     for (const flag of [...container.args, ...dockerArgs, ...unitArgs].filter((arg: string) =>

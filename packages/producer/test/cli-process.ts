@@ -12,6 +12,7 @@ import {
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { requires } from '@outbox/test-harness'
 import { afterAll, expect, type TestContext } from 'vitest'
 
 const REPO_ROOT = fileURLToPath(new URL('../../../', import.meta.url))
@@ -118,15 +119,24 @@ export interface CliProcess {
   type(text: string): void
 }
 
-/** True when util-linux `script` can give a spawned CLI a real terminal. */
-export const HAS_SCRIPT = (() => {
-  try {
-    execFileSync('script', ['--version'], { stdio: 'ignore' })
-    return true
-  } catch {
-    return false
-  }
-})()
+/**
+ * Tests that run the CLI on a terminal need util-linux `script` to give the spawned CLI one: without it they are
+ * skipped with a line in the run's summary (a failure under `OUTBOX_REQUIRE_ALL=1`).
+ */
+export const onTerminal = requires(
+  'CLI terminal tests',
+  (() => {
+    try {
+      execFileSync('script', ['--version'], { stdio: 'ignore' })
+      return { available: true, value: 'script' } as const
+    } catch {
+      return {
+        available: false,
+        missing: 'no util-linux `script` command (Debian: apt-get install bsdutils)',
+      } as const
+    }
+  })(),
+)
 
 function shellQuote(value: string): string {
   return `'${value.replaceAll("'", "'\\''")}'`

@@ -2,7 +2,7 @@ import { useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { migrate, stats } from '../src/index.js'
-import { buildCli, cliEnv, expectFailure, HAS_SCRIPT, runCli, startCli } from './cli-process.js'
+import { buildCli, cliEnv, expectFailure, onTerminal, runCli, startCli } from './cli-process.js'
 import { seedEvents } from './support.js'
 
 const t = useTestDatabase()
@@ -110,26 +110,21 @@ describe.concurrent('outbox stats', () => {
     expect(times[1]! - times[0]!).toBeGreaterThanOrEqual(150)
   })
 
-  it.skipIf(!HAS_SCRIPT)(
-    '--watch redraws in place on a terminal and stops on Ctrl-C',
-    async ({ onTestFinished }) => {
-      const watch = startCli(['stats', '--watch', '--interval', '100ms'], cliEnv({ DATABASE_URL: t.url }), {
-        terminal: true,
-        onTestFinished,
-      })
-      const frames = () => watch.stdout().split('outbox stats · ').length - 1
-      await watch.waitFor(() => frames() >= 3, 'three frames')
-      watch.type('\x03')
-      const result = await watch.exited
-      expect(result.code, result.stdout).toBe(0)
-      // Each frame after the first moves the cursor up over the previous one (8 lines) and clears below it.
-      expect(result.stdout.split('\x1b[8A\x1b[0J').length - 1).toBe(frames() - 1)
-      expect(result.stdout).toMatch(
-        /outbox stats · \S+ · schema public · every 0\.1s · .* \(Ctrl-C to stop\)/,
-      )
-      expect(result.stdout).toMatch(/dead\s+1\s+see: outbox dead-letters list/)
-    },
-  )
+  onTerminal.it('--watch redraws in place on a terminal and stops on Ctrl-C', async ({ onTestFinished }) => {
+    const watch = startCli(['stats', '--watch', '--interval', '100ms'], cliEnv({ DATABASE_URL: t.url }), {
+      terminal: true,
+      onTestFinished,
+    })
+    const frames = () => watch.stdout().split('outbox stats · ').length - 1
+    await watch.waitFor(() => frames() >= 3, 'three frames')
+    watch.type('\x03')
+    const result = await watch.exited
+    expect(result.code, result.stdout).toBe(0)
+    // Each frame after the first moves the cursor up over the previous one (8 lines) and clears below it.
+    expect(result.stdout.split('\x1b[8A\x1b[0J').length - 1).toBe(frames() - 1)
+    expect(result.stdout).toMatch(/outbox stats · \S+ · schema public · every 0\.1s · .* \(Ctrl-C to stop\)/)
+    expect(result.stdout).toMatch(/dead\s+1\s+see: outbox dead-letters list/)
+  })
 
   it('--watch --json prints one JSON object per tick and stops on SIGTERM', async ({ onTestFinished }) => {
     const watch = startCli(

@@ -11,5 +11,13 @@ export {
   type EndlessEndpointOptions,
   startEndlessEndpoint,
 } from './endless-endpoint.js'
+export { CHROMIUM_PATHS, findChromium } from './find-chromium.js'
 export { freePort } from './free-port.js'
+export {
+  type Availability,
+  REQUIRE_ALL_VARIABLE,
+  REQUIREMENT_NOTE_PREFIX,
+  type Requirement,
+  requires,
+} from './requirement.js'
 export { type Sink, type SinkAnswer, type SinkRequest, startSink } from './sink.js'
