@@ -1,7 +1,7 @@
 import { isUuid } from '@outbox/protocol'
 import type { DeliveryAttempt, ListDeliveryAttemptsOptions } from '../index.js'
-import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { aggregateFlag } from './aggregate-flag.js'
+import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
 import { subscriptionFromFlag } from './dead-letter-filter-flags.js'
