@@ -12,6 +12,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { migrate } from '@outbox/producer'
+import { parseDuration } from '@outbox/protocol'
 import { freePort, startSink, useTestDatabase } from '@outbox/test-harness'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { parse, parseAllDocuments } from 'yaml'
@@ -163,10 +164,10 @@ describe('deploy/: operations files against the live relay', () => {
       '/metrics',
     ])
     // The kubelet's SIGKILL and systemd's must come after the drain.
-    const stopSeconds = Number(flagValue(container.args, '--stop-timeout-ms')) / 1000
+    const stopSeconds = parseDuration(flagValue(container.args, '--stop-timeout')!, '--stop-timeout') / 1000
     expect(deployment.spec.template.spec.terminationGracePeriodSeconds).toBeGreaterThan(stopSeconds)
     expect(Number(/^TimeoutStopSec=(\d+)$/m.exec(unit)![1])).toBeGreaterThan(
-      Number(flagValue(unitArgs, '--stop-timeout-ms')) / 1000,
+      parseDuration(flagValue(unitArgs, '--stop-timeout')!, '--stop-timeout') / 1000,
     )
     expect(unit).toMatch(/^EnvironmentFile=/m)
     expect(unit).toMatch(/^Restart=on-failure$/m)

@@ -113,7 +113,7 @@ console.log(next.length, redriven, notDead)
 // #region subscriptions
 import { createSubscription, Relay } from '@outbox/producer'
 
-// Once per customer endpoint (or from the CLI: outbox subscriptions add --url … --tenant acme).
+// Once per customer endpoint (or from the CLI: outbox subscriptions create --url … --tenant acme).
 const { id: acmeId, secret: acmeSecret } = await createSubscription(db, {
   url: 'https://acme.example/hooks',
   name: 'acme',

@@ -140,7 +140,7 @@ function resolveTokens(values: Values, env: NodeJS.ProcessEnv, warnings: string[
         : []
   if (entries.length === 0) {
     throw new UsageError(
-      'outbox-console needs a token: pass --token-file <path> or set OUTBOX_CONSOLE_TOKEN (or --token <secret>, which ps shows); it never serves the outbox without one',
+      'needs a token: pass --token-file <path> or set OUTBOX_CONSOLE_TOKEN (or --token <secret>, which ps shows); it never serves the outbox without one',
     )
   }
   if (typed !== undefined) {

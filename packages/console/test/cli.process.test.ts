@@ -70,4 +70,12 @@ describe('outbox-console', () => {
     expect(bad.output().stderr).toMatch(/--refresh/)
     expect(bad.output().stderr).not.toMatch(/\n\s+at /)
   })
+
+  it('says once that it needs a token: one "outbox-console:" prefix, not two', async () => {
+    const bin = startBin([], { OUTBOX_CONSOLE_TOKEN: '', OUTBOX_CONSOLE_TOKEN_FILE: '', DATABASE_URL: t.url })
+    const [code] = await once(bin.child, 'exit')
+    expect(code).toBe(2)
+    expect(bin.output().stderr).toMatch(/^outbox-console: needs a token: pass --token-file/)
+    expect(bin.output().stderr.match(/outbox-console/g)).toHaveLength(1)
+  })
 })

@@ -207,7 +207,11 @@ describe.concurrent('outbox dead-letters', () => {
     expectFailure(results[7]!, 2, /give the event ids to discard, or filters/)
     expectFailure(results[8]!, 2, /give event ids or filters .*not both/)
     expectFailure(results[9]!, 2, /--since takes a duration ago \(e\.g\. 2h, 7d\) or an ISO time/)
-    expectFailure(results[10]!, 2, /--aggregate takes type\/id, e\.g\. --aggregate order\/42; got "order"/)
+    expectFailure(
+      results[10]!,
+      2,
+      /--aggregate takes <type>\/<id>, e\.g\. --aggregate order\/42; got "order"/,
+    )
     expectFailure(results[11]!, 2, /give event ids, --all or filters .*not several/)
     expectFailure(
       results[12]!,

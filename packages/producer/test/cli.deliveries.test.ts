@@ -55,21 +55,21 @@ describe.concurrent('outbox deliveries', () => {
     expect(lines).toHaveLength(4)
     expect(lines[1]).toMatch(
       new RegExp(
-        `^\\S+Z\\s+acme\\s+${EVENT}\\s+order:42\\s+1\\s+delivered\\s+200\\s+12\\s+\\{"status":"applied"\\}$`,
+        `^\\S+Z\\s+acme\\s+${EVENT}\\s+order/42\\s+1\\s+delivered\\s+200\\s+12\\s+\\{"status":"applied"\\}$`,
       ),
     )
     expect(lines[2]).toMatch(/\s+failed\s+-\s+12\s+UND_ERR_CONNECT_TIMEOUT: connect timed out$/)
     // The multi-line answer stays on its line, cut with an ellipsis.
     expect(lines[3]).toMatch(/\s+failed\s+500\s+12\s+\{"error":"upstream exploded\\n.*…$/)
 
-    const first = await runCli(['deliveries', 'list', '--aggregate', 'order:42', '--limit', '2'], env)
+    const first = await runCli(['deliveries', 'list', '--aggregate', 'order/42', '--limit', '2'], env)
     expect(first.code).toBe(0)
     const next = /--after (\S+)\n$/.exec(first.stderr)
     expect(first.stderr).toMatch(
-      /^more may follow: outbox deliveries list --aggregate order:42 --limit 2 --after \S+\n$/,
+      /^more may follow: outbox deliveries list --aggregate order\/42 --limit 2 --after \S+\n$/,
     )
     const second = await runCli(
-      ['deliveries', 'list', '--aggregate', 'order:42', '--limit', '2', '--after', next![1]!],
+      ['deliveries', 'list', '--aggregate', 'order/42', '--limit', '2', '--after', next![1]!],
       env,
     )
     expect(second, second.stderr).toMatchObject({ code: 0, stderr: '' })
@@ -77,12 +77,12 @@ describe.concurrent('outbox deliveries', () => {
     expect(second.stdout).toContain('500')
   })
 
-  it('refuses a bad --aggregate, --event or unknown subscription name with a usage error', async () => {
+  it('refuses a bad --aggregate (one form, type/id, as every command takes it), --event or unknown subscription name with a usage error', async () => {
     const env = cliEnv({ DATABASE_URL: t.url })
     expectFailure(
-      await runCli(['deliveries', 'list', '--aggregate', 'order'], env),
+      await runCli(['deliveries', 'list', '--aggregate', 'order:42'], env),
       2,
-      /--aggregate takes type:id/,
+      /--aggregate takes <type>\/<id>/,
     )
     expectFailure(await runCli(['deliveries', 'list', '--event', '42'], env), 2, /--event takes an event id/)
     expectFailure(

@@ -205,13 +205,13 @@ describe.concurrent('outbox doctor', () => {
     expect(report.after.ok).toBe(false)
   })
 
-  it('reports a lease longer than --max-lease-ms (default: the library lease), and never shortens it', async () => {
+  it('reports a lease longer than --max-lease (default: the library lease), and never shortens it', async () => {
     await outbox('long_lease', ['slow'])
     await sql`UPDATE long_lease.outbox_lane SET claim_token = gen_random_uuid(), leased_until = now() + interval '10 minutes'
       WHERE aggregate_id = 'slow'`.execute(t.db)
     const [byDefault, matching, repair] = await Promise.all([
       doctor('long_lease'),
-      doctor('long_lease', '--max-lease-ms', '900000'),
+      doctor('long_lease', '--max-lease', '15m'),
       doctor('long_lease', '--repair'),
     ])
     expect(byDefault.code, byDefault.stderr).toBe(4)
@@ -222,7 +222,7 @@ describe.concurrent('outbox doctor', () => {
       ),
     )
     expect(lines(byDefault).at(-1)).toBe(
-      "1 violation on 1 lane: check --max-lease-ms against your relays' --lease-ms (a repair never shortens a lease)",
+      "1 violation on 1 lane: check --max-lease against your relays' --lease (a repair never shortens a lease)",
     )
     expect(matching).toMatchObject({ code: 0, stdout: 'no violations\n' })
     expect(repair.code).toBe(4)
@@ -274,7 +274,8 @@ describe.concurrent('outbox doctor', () => {
     const cases: [string[], RegExp][] = [
       [['--limit', '0'], /--limit must be an integer from 1 to 10000, got "0"/],
       [['--limit', 'lots'], /--limit must be an integer/],
-      [['--max-lease-ms', '1.5'], /--max-lease-ms must be an integer ≥ 1, got "1.5"/],
+      [['--max-lease', 'long'], /--max-lease must be a duration like 30d, 12h, 15m, 90s or 500ms/],
+      [['--max-lease', '0'], /--max-lease must be a duration at least 1ms, got "0"/],
       [['--overdue-after', 'soon'], /--overdue-after must be a duration like 30d, 12h, 15m, 90s or 500ms/],
       [['--overdue-after', '0'], /--overdue-after must be at least 1ms, got "0"/],
       [['--repiar'], /unknown option --repiar \(see outbox doctor --help\)/],
@@ -288,7 +289,7 @@ describe.concurrent('outbox doctor', () => {
     expectFailure(await runCli(['doctor'], cliEnv()), 2, /no database: set DATABASE_URL/)
     // The same flags, well formed, do reach the database: the failures above were not the refused connection.
     expectFailure(
-      await runCli(['doctor', '--limit', '5', '--overdue-after', '10m', '--max-lease-ms', '1000'], env),
+      await runCli(['doctor', '--limit', '5', '--overdue-after', '10m', '--max-lease', '1s'], env),
       1,
       /cannot connect to PostgreSQL at 127\.0\.0\.1:1: connection refused/,
     )
@@ -303,8 +304,8 @@ describe.concurrent('outbox doctor', () => {
     expect(top.stdout).toContain('4 doctor found violations')
     expect(page).toMatchObject({ code: 0, stderr: '', stdout: HELP.doctor })
     expect(HELP.doctor.startsWith('Usage: outbox doctor')).toBe(true)
-    expect(HELP.doctor).toContain(`the longest lease your relays take (default ${DEFAULT_LEASE_MS})`)
-    expect(HELP.doctor).toContain("pass your relays' --lease-ms")
+    expect(HELP.doctor).toContain(`the longest lease your relays take (default ${DEFAULT_LEASE_MS / 1000}s)`)
+    expect(HELP.doctor).toContain("pass your relays' --lease")
     expect(HELP.doctor).toContain(`is a finding (default ${DEFAULT_OVERDUE_AFTER_MS / 60_000}m)`)
   })
 })

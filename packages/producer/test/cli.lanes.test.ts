@@ -113,6 +113,12 @@ describe('outbox lanes', () => {
       2,
       /--aggregate takes <type>\/<id>/,
     )
+    // One form everywhere: `type:id` is refused, not read as a second spelling.
+    expectFailure(
+      await runCli(['lanes', 'skip-head', '--aggregate', 'order:gap'], env()),
+      2,
+      /--aggregate takes <type>\/<id>, e\.g\. --aggregate order\/42; got "order:gap"/,
+    )
     expectFailure(await runCli(['lanes', 'reset'], env()), 2, /unknown subcommand "reset"/)
   })
 })

@@ -70,9 +70,9 @@ describe.concurrent('outbox (top level)', () => {
     const relay = HELP.relay
     expect(relay).toContain(`lanes delivered in parallel (default ${DEFAULT_CONCURRENCY})`)
     expect(relay).toContain(`per claim (default ${DEFAULT_BATCH_SIZE})`)
-    expect(relay).toContain(`owns its lane (default ${DEFAULT_LEASE_MS})`)
-    expect(relay).toContain(`inside the lease (default ${DEFAULT_REQUEST_TIMEOUT_MS})`)
-    expect(relay).toContain(`looks for work (default ${DEFAULT_POLL_INTERVAL_MS})`)
+    expect(relay).toContain(`owns its lane (default ${DEFAULT_LEASE_MS / 1000}s)`)
+    expect(relay).toContain(`inside the lease (default ${DEFAULT_REQUEST_TIMEOUT_MS / 1000}s)`)
+    expect(relay).toContain(`looks for work (default ${DEFAULT_POLL_INTERVAL_MS}ms)`)
     const units: [number, string][] = [
       [3_600_000, 'h'],
       [60_000, 'm'],

@@ -73,8 +73,8 @@ describe.concurrent('outbox prune', () => {
         '30d',
         '--dead-letter-retention',
         '21d',
-        '--pause-ms',
-        '1',
+        '--pause',
+        '1ms',
         '--json',
       ],
       env,
@@ -107,7 +107,7 @@ describe.concurrent('outbox prune', () => {
       t.db,
     )
     const prune = startCli(
-      ['prune', '--schema', schema, '--retention', '1d', '--batch-size', '1', '--pause-ms', '2000'],
+      ['prune', '--schema', schema, '--retention', '1d', '--batch-size', '1', '--pause', '2s'],
       cliEnv({ DATABASE_URL: t.url }),
       { onTestFinished },
     )
@@ -129,7 +129,7 @@ describe.concurrent('outbox prune', () => {
         ['prune', '--retention', '30d', '--dead-letter-retention', '-1d'],
         ['prune', '--retention', '30d', '--batch-size', '0'],
         ['prune', '--retention', '30d', '--max-batches', '2.5'],
-        ['prune', '--retention', '30d', '--pause-ms', '-5'],
+        ['prune', '--retention', '30d', '--pause', '-5'],
         ['prune', '--retention', '30d', '--older-than', '1d'],
       ].map((args) => runCli(args, env)),
     )
@@ -138,7 +138,7 @@ describe.concurrent('outbox prune', () => {
     expectFailure(results[2]!, 2, /--dead-letter-retention needs a value \(to pass one starting with "-"/)
     expectFailure(results[3]!, 2, /--batch-size must be an integer from 1 to 1000000, got "0"/)
     expectFailure(results[4]!, 2, /--max-batches must be an integer ≥ 1, got "2\.5"/)
-    expectFailure(results[5]!, 2, /--pause-ms needs a value/)
+    expectFailure(results[5]!, 2, /--pause needs a value/)
     expectFailure(results[6]!, 2, /unknown option --older-than/)
   })
 })

@@ -44,7 +44,7 @@ describe.concurrent('outbox relay --metrics-port', () => {
     await migrate(t.db, { schema })
     await seedEvents(t.db, ['h1', 'h2'], 2, { schema })
     const relay = startCli(
-      ['relay', '--metrics-port', '0', '--metrics-host', '127.0.0.1', '--poll-interval-ms', '50'],
+      ['relay', '--metrics-port', '0', '--metrics-host', '127.0.0.1', '--poll-interval', '50ms'],
       cliEnv({ DATABASE_URL: t.url, OUTBOX_SCHEMA: schema, OUTBOX_ENDPOINT: hooks.url }),
       { onTestFinished },
     )
@@ -90,12 +90,12 @@ describe.concurrent('outbox relay --metrics-port', () => {
         'relay',
         '--metrics-port',
         '0',
-        '--lease-ms',
-        '1500',
-        '--request-timeout-ms',
-        '1000',
-        '--poll-interval-ms',
-        '50',
+        '--lease',
+        '1500ms',
+        '--request-timeout',
+        '1000ms',
+        '--poll-interval',
+        '50ms',
       ],
       cliEnv({ DATABASE_URL: t.url, OUTBOX_SCHEMA: schema, OUTBOX_ENDPOINT: hooks.url }),
       { onTestFinished },
@@ -128,7 +128,7 @@ describe.concurrent('outbox relay --metrics-port', () => {
     await migrate(t.db, { schema })
     await seedEvents(t.db, ['d1'], 1, { schema })
     const relay = startCli(
-      ['relay', '--metrics-port', '0', '--stop-timeout-ms', '3000', '--poll-interval-ms', '50'],
+      ['relay', '--metrics-port', '0', '--stop-timeout', '3s', '--poll-interval', '50ms'],
       cliEnv({ DATABASE_URL: t.url, OUTBOX_SCHEMA: schema, OUTBOX_ENDPOINT: hooks.url }),
       { onTestFinished },
     )

@@ -61,15 +61,15 @@ describe.concurrent('outbox relay settings: environment, config file, secrets', 
       JSON.stringify({
         concurrency: 5,
         batchSize: 7,
-        leaseMs: 20_000,
+        lease: '20s',
         endpoint: hooks.url,
         schema,
         listen: true,
-        pollIntervalMs: 75,
+        pollInterval: 75,
       }),
     )
     const relay = startCli(
-      ['relay', '--config', config, '--lease-ms', '30000'],
+      ['relay', '--config', config, '--lease', '30s'],
       cliEnv({ DATABASE_URL: t.url, OUTBOX_CONCURRENCY: '4', OUTBOX_ON_EXHAUSTED: 'block' }),
       { onTestFinished },
     )
@@ -148,7 +148,7 @@ describe.concurrent('outbox relay settings: environment, config file, secrets', 
     const urlFile = file('database-url', `${t.url}\n`)
     const secretFile = file('secrets', `${a}\n${b}\n`)
     const relay = startCli(
-      ['relay', '--endpoint', hooks.url, '--poll-interval-ms', '50'],
+      ['relay', '--endpoint', hooks.url, '--poll-interval', '50ms'],
       cliEnv({ DATABASE_URL_FILE: urlFile, OUTBOX_SECRET_FILE: secretFile, OUTBOX_SCHEMA: schema }),
       { onTestFinished },
     )

@@ -25,15 +25,15 @@ async function storedSecrets(): Promise<{ subscription_id: string; secret: strin
 }
 
 describe.sequential('outbox secrets reencrypt, and OUTBOX_SECRET_KEYS on subscriptions', () => {
-  it('add stores the secret encrypted under the first key; reencrypt converts plaintext and older keys, then finds nothing to do', async () => {
+  it('create stores the secret encrypted under the first key; reencrypt converts plaintext and older keys, then finds nothing to do', async () => {
     const [k1, k2] = [key('k1'), key('k2')]
     const plain = await runCli(
-      ['subscriptions', 'add', '--url', 'https://p.example/hooks', '--name', 'cli-plain', '--json'],
+      ['subscriptions', 'create', '--url', 'https://p.example/hooks', '--name', 'cli-plain', '--json'],
       cliEnv({ DATABASE_URL: t.url }),
     )
     expect(plain, plain.stderr).toMatchObject({ code: 0 })
     const sealed = await runCli(
-      ['subscriptions', 'add', '--url', 'https://s.example/hooks', '--name', 'cli-sealed', '--json'],
+      ['subscriptions', 'create', '--url', 'https://s.example/hooks', '--name', 'cli-sealed', '--json'],
       cliEnv({ DATABASE_URL: t.url, OUTBOX_SECRET_KEYS: k1 }),
     )
     expect(sealed, sealed.stderr).toMatchObject({ code: 0 })
@@ -68,7 +68,10 @@ describe.sequential('outbox secrets reencrypt, and OUTBOX_SECRET_KEYS on subscri
       /^outbox: OUTBOX_SECRET_KEYS: key "k1" is 16 bytes: AES-256 needs exactly 32/,
     )
     expectFailure(
-      await runCli(['subscriptions', 'add', '--url', 'https://x.example/h'], env(`${key('a')},${key('a')}`)),
+      await runCli(
+        ['subscriptions', 'create', '--url', 'https://x.example/h'],
+        env(`${key('a')},${key('a')}`),
+      ),
       2,
       /OUTBOX_SECRET_KEYS: the key id "a" is given twice/,
     )
@@ -95,7 +98,7 @@ describe.sequential('outbox secrets reencrypt, and OUTBOX_SECRET_KEYS on subscri
     const sink = await startSink()
     try {
       const added = await runCli(
-        ['subscriptions', 'add', '--url', sink.url, '--name', 'sealed', '--json'],
+        ['subscriptions', 'create', '--url', sink.url, '--name', 'sealed', '--json'],
         env,
       )
       expect(added, added.stderr).toMatchObject({ code: 0 })
@@ -114,8 +117,8 @@ describe.sequential('outbox secrets reencrypt, and OUTBOX_SECRET_KEYS on subscri
         '--log-format',
         'text',
         '--allow-private-networks',
-        '--poll-interval-ms',
-        '50',
+        '--poll-interval',
+        '50ms',
       ]
       const keyless = startCli(relayArgs, cliEnv({ DATABASE_URL: t.url, OUTBOX_SCHEMA: schema }), {
         onTestFinished,

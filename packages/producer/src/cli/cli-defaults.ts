@@ -1,6 +1,6 @@
 /** Defaults of the CLI's own options (the library's defaults are documented by the library). */
 
-/** `outbox relay --stop-timeout-ms`: how long shutdown waits for in-flight requests before aborting them. */
+/** `outbox relay --stop-timeout`: how long shutdown waits for in-flight requests before aborting them. */
 export const DEFAULT_STOP_TIMEOUT_MS = 10_000
 /** `outbox stats --watch --interval`. */
 export const DEFAULT_WATCH_INTERVAL_MS = 2000

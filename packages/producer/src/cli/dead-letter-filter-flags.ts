@@ -1,6 +1,7 @@
 import { isUuid } from '@outbox/protocol'
 import type { Kysely } from 'kysely'
 import type { DeadLetterFilter } from '../dead-letter-filter.js'
+import { aggregateFlag } from './aggregate-flag.js'
 import { UsageError } from './cli-error.js'
 import type { Producer } from './load-producer.js'
 import { durationFlag, numberFlag } from './parse-flags.js'
@@ -56,7 +57,7 @@ function timeFlag(value: string | undefined, flag: string, now: number): Date | 
 
 /**
  * The filter the flags give, checked before connecting (the subscription is resolved later: a name needs the
- * database). `--aggregate` is `type/id`, split at the first slash (an aggregate id may hold slashes).
+ * database). `--aggregate` is `type/id` (see {@link aggregateFlag}).
  */
 export function filterFromFlags(values: FilterFlagValues, now = Date.now()): DeadLetterFilter {
   const filter: {
@@ -64,15 +65,10 @@ export function filterFromFlags(values: FilterFlagValues, now = Date.now()): Dea
   } = {}
   if (values.tenant !== undefined) filter.tenant = values.tenant
   if (values['event-type'] !== undefined) filter.eventType = values['event-type']
-  if (values.aggregate !== undefined) {
-    const slash = values.aggregate.indexOf('/')
-    if (slash <= 0 || slash === values.aggregate.length - 1) {
-      throw new UsageError(
-        `--aggregate takes type/id, e.g. --aggregate order/42; got ${JSON.stringify(values.aggregate)}`,
-      )
-    }
-    filter.aggregateType = values.aggregate.slice(0, slash)
-    filter.aggregateId = values.aggregate.slice(slash + 1)
+  const aggregate = aggregateFlag(values.aggregate)
+  if (aggregate !== undefined) {
+    filter.aggregateType = aggregate.aggregateType
+    filter.aggregateId = aggregate.aggregateId
   }
   if (values.status !== undefined) filter.status = numberFlag(values.status)
   const since = timeFlag(values.since, 'since', now)

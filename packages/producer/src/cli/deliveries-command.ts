@@ -1,5 +1,6 @@
 import { isUuid } from '@outbox/protocol'
 import type { DeliveryAttempt, ListDeliveryAttemptsOptions } from '../index.js'
+import { aggregateFlag } from './aggregate-flag.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
 import { type CliIo, writeLine } from './command.js'
@@ -12,23 +13,13 @@ import { DATABASE_FLAGS, integerFlag, parseFlags } from './parse-flags.js'
 
 const ANSWER_COLUMN_WIDTH = 60
 
-/** `--aggregate type:id`, split at the first colon (an aggregate id may hold colons, a type should not). */
-function aggregateFlag(value: string | undefined): { aggregateType?: string; aggregateId?: string } {
-  if (value === undefined) return {}
-  const colon = value.indexOf(':')
-  if (colon <= 0 || colon === value.length - 1) {
-    throw new UsageError(`--aggregate takes type:id, e.g. --aggregate order:42; got ${JSON.stringify(value)}`)
-  }
-  return { aggregateType: value.slice(0, colon), aggregateId: value.slice(colon + 1) }
-}
-
 function row(attempt: DeliveryAttempt, names: ReadonlyMap<string, string>): string[] {
   const said = attempt.error ?? attempt.answer ?? ''
   return [
     attempt.attemptedAt.toISOString(),
     names.get(attempt.subscriptionId) ?? attempt.subscriptionId,
     attempt.eventId,
-    `${attempt.aggregateType}:${attempt.aggregateId}`,
+    `${attempt.aggregateType}/${attempt.aggregateId}`,
     String(attempt.sequence),
     attempt.outcome,
     attempt.httpStatus === null ? '-' : String(attempt.httpStatus),
@@ -60,7 +51,7 @@ async function list(argv: readonly string[], io: CliIo): Promise<number> {
       const options: ListDeliveryAttemptsOptions = {
         limit,
         schema: target.schema,
-        ...aggregate,
+        ...(aggregate ?? {}),
         ...(subscriptionId === undefined ? {} : { subscriptionId }),
         ...(values.event === undefined ? {} : { eventId: values.event }),
         ...(values.after === undefined ? {} : { after: values.after }),

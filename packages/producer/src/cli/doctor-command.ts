@@ -20,7 +20,7 @@ const FLAGS = {
   ...DATABASE_FLAGS,
   json: { type: 'boolean' },
   repair: { type: 'boolean' },
-  'max-lease-ms': { type: 'string' },
+  'max-lease': { type: 'string' },
   'overdue-after': { type: 'string' },
   limit: { type: 'string' },
   actor: { type: 'string' },
@@ -77,7 +77,7 @@ function summary(report: IntegrityReport): string {
   const advice = [
     repairable ? 'run outbox doctor --repair' : '',
     report.violations.some((v) => v.kind === 'lease_too_long')
-      ? "check --max-lease-ms against your relays' --lease-ms (a repair never shortens a lease)"
+      ? "check --max-lease against your relays' --lease (a repair never shortens a lease)"
       : '',
   ]
     .filter(Boolean)
@@ -133,7 +133,7 @@ function warnIfCut(report: IntegrityReport, limit: number, io: CliIo): void {
  */
 export async function doctorCommand(argv: readonly string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('doctor', argv, FLAGS)
-  const maxLeaseMs = integerFlag(values['max-lease-ms'], 'max-lease-ms', 1)
+  const maxLeaseMs = durationFlag(values['max-lease'], 'max-lease', { minMs: 1 })
   const limit = integerFlag(values.limit, 'limit', 1, 10_000) ?? DEFAULT_DOCTOR_LIMIT
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()

@@ -37,24 +37,24 @@ Example:
   DATABASE_URL=postgres://app@db:5432/app outbox migrate --schema outbox
 `,
 
-  relay: `Usage: outbox relay [--endpoint <url> | --subscription <id>…] [options]
+  relay: `Usage: outbox relay [--endpoint <url> | --subscription <id|name>…] [options]
 
 With --endpoint it delivers every event to that one URL (the implicit subscription, "default"). Without it, it
-serves the stored subscriptions (outbox subscriptions add): every enabled one, or those given by --subscription,
+serves the stored subscriptions (outbox subscriptions create): every enabled one, or those given by --subscription,
 each with its own URL, secrets, filters and limits.
 
 Claims lanes (one per subscription and aggregate), POSTs their events in sequence order as signed webhooks, marks them sent after
 a 2xx, retries failures and dead-letters what never succeeds. Run as many relays as you like. Logs one line per
 delivery event to stdout. On SIGINT/SIGTERM it stops claiming, lets in-flight requests finish (aborting them
-after --stop-timeout-ms), writes its marks, releases its claims so another relay takes over at once, and exits 0.
-A second signal exits at once (its claims then expire after --lease-ms).
+after --stop-timeout), writes its marks, releases its claims so another relay takes over at once, and exits 0.
+A second signal exits at once (its claims then expire after --lease).
 Started before its database (compose, a rollout, a reboot), it waits for it: tries again with backoff, logs the
 wait every 30 s, answers /healthz 200 and /readyz 503 with the reason, and starts as soon as the database answers.
 A wrong password, a missing database or missing tables (when the database answered at once) exit 1.
 
 Options:
   --endpoint <url>              the subscriber's webhook URL                     [env: OUTBOX_ENDPOINT]
-  --subscription <id>           without --endpoint: serve only this stored subscription; repeat it (or
+  --subscription <id|name>      without --endpoint: serve only this stored subscription; repeat it (or
                                 comma-separate) for several (default: every enabled one)
   --allow-private-networks      let stored subscriptions reach loopback, private and link-local addresses
                                 (refused by default: their URLs are customer input). Never needed for
@@ -68,20 +68,20 @@ Options:
                                                                             [env: OUTBOX_SECRET_FILE]
   --database-url-file <path>    read the database URL from a file; a --database-url holding a password is
                                 refused (ps shows it): use this or DATABASE_URL   [env: DATABASE_URL_FILE]
-  --config <file>               a JSON object of these options in camel case, e.g. {"leaseMs": 30000};
+  --config <file>               a JSON object of these options in camel case, e.g. {"lease": "30s"};
                                 unknown keys are refused                             [env: OUTBOX_CONFIG]
   --concurrency <n>             lanes delivered in parallel (default 16)
   --batch-size <n>              most events taken from one lane per claim (default 200)
-  --lease-ms <ms>               how long a claim owns its lane (default 60000)
-  --request-timeout-ms <ms>     timeout of one webhook request; must fit inside the lease (default 10000)
-  --poll-interval-ms <ms>       how often an idle relay looks for work (default 200)
+  --lease <duration>            how long a claim owns its lane (default 60s)
+  --request-timeout <duration>  timeout of one webhook request; must fit inside the lease (default 10s)
+  --poll-interval <duration>    how often an idle relay looks for work (default 200ms)
   --retry-schedule <durations>  delays after the 1st, 2nd, … failed attempt, e.g. 5s,5m,30m,2h
                                 (default 5s,5m,30m,2h,5h,10h,10h; attempts = delays + 1)
   --on-exhausted <skip|block>   when attempts run out: skip dead-letters the event and moves the lane on;
                                 block parks the lane until the dead letter is redriven (default skip)
   --listen                      wake up on NOTIFY (one dedicated connection; not through PgBouncer in
                                 transaction mode); polling stays the safety net
-  --stop-timeout-ms <ms>        how long shutdown waits for in-flight requests (default ${DEFAULT_STOP_TIMEOUT_MS})
+  --stop-timeout <duration>     how long shutdown waits for in-flight requests (default ${DEFAULT_STOP_TIMEOUT_MS / 1000}s)
   --log-format <text|json>      key=value lines, or one JSON object per line (default: text on a
                                 terminal, json otherwise)
   --log-level <level>           debug, info, warn or error; warn hides the line per successful delivery
@@ -94,7 +94,7 @@ Options:
                                 scrapes arrive; 127.0.0.1 keeps it local)         [env: OUTBOX_METRICS_HOST]
 ${databaseOptions(28)}
 
-Every option is also read from the environment as OUTBOX_<OPTION> (--lease-ms: OUTBOX_LEASE_MS; true/false
+Every option is also read from the environment as OUTBOX_<OPTION> (--poll-interval: OUTBOX_POLL_INTERVAL; true/false
 for switches) and from --config; the command line wins over the environment, which wins over the file.
 Stored subscriptions' secrets encrypted at rest are decrypted with OUTBOX_SECRET_KEYS (or OUTBOX_SECRET_KEYS_FILE):
 id:base64 keys, comma-separated (see outbox secrets --help); a subscription whose key is missing is skipped, and
@@ -104,20 +104,20 @@ Database deadlines (environment, whole milliseconds, 0 turns one off), so a sile
   OUTBOX_DB_QUERY_TIMEOUT_MS (statement + 5000, client side; the connection is dropped),
   OUTBOX_DB_IDLE_IN_TRANSACTION_TIMEOUT_MS (10000), OUTBOX_DB_KEEPALIVE_DELAY_MS (10000),
   OUTBOX_LISTEN_HEARTBEAT_MS (15000) and OUTBOX_LISTEN_HEARTBEAT_TIMEOUT_MS (5000) for --listen.
-  Keep them below --lease-ms; a longer one is safe (writes are fenced), only slower to notice.
+  Keep them below --lease; a longer one is safe (writes are fenced), only slower to notice.
 
 Examples:
   OUTBOX_SECRET=whsec_… outbox relay --endpoint https://billing.internal/hooks --listen --log-format json
   outbox relay --listen                      # every enabled stored subscription
 `,
 
-  subscriptions: `Usage: outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret|replay [options]
+  subscriptions: `Usage: outbox subscriptions create|list|show|update|disable|enable|delete|rotate-secret|replay [options]
 
 Stored subscriptions: each a webhook destination with its own URL, secret, tenant, event-type filter, retries
 and limits, served by every relay started without --endpoint. Each (subscription, aggregate) is its own lane: a
 subscription that is down or slow never delays another. <subscription> is an id or a name.
 
-  add --url <url> [settings] [--start-at now|earliest]
+  create --url <url> [settings] [--start-at now|earliest]
                                       create one; prints its id and its secret (shown this once only).
                                       earliest: first every retained event it wants (copied by the relays in
                                       batches; nothing is delivered until the copy is done), then what follows
@@ -141,33 +141,33 @@ subscription that is down or slow never delays another. <subscription> is an id 
                                       redrive) nor pruned ones. Progress on stderr; exits ${EXIT_PRUNE_NOT_CAUGHT_UP} when lanes
                                       a relay held past --lease-wait were left out (run it again)
 
-Settings (add, update):
+Settings (create, update):
   --url <url>                   the subscriber's http(s) URL
   --name <name>                 a unique name, usable in place of the id
   --tenant <tenant>             receive only this tenant's events (enqueue's tenant)
   --all-tenants                 receive every tenant's events (tenant '*'); once any subscription has a tenant,
-                                add without --tenant or --all-tenants is refused, so none gets them by omission
+                                create without --tenant or --all-tenants is refused, so none gets them by omission
   --event-type <type>           receive only this type, exact or a prefix ending in * (order.*); repeatable
-  --secret <whsec_…>            (add) the signing secret; default: a new random one     [env: OUTBOX_SECRET]
+  --secret <whsec_…>            (create) the signing secret; default: a new random one     [env: OUTBOX_SECRET]
                                 on the command line ps shows it (warned): prefer OUTBOX_SECRET
   --actor <name>                who makes the change, in the audit log (every subcommand that changes
                                 something; default: the OS user)
   --max-in-flight <n>           most of its lanes in flight at once, across every relay
   --rate <n>                    most requests per second to it, across every relay (0.5 = one every 2 s)
   --retry-schedule <durations>  its own retry delays, e.g. 5s,5m,30m (default: the relay's)
-  --request-timeout-ms <ms>     its own request timeout; must fit the relays' lease (default: the relay's)
+  --request-timeout <duration>  its own request timeout; must fit the relays' lease (default: the relay's)
   --on-exhausted <skip|block>   its own rule when attempts run out (default: the relay's)
   --json                        print the result as JSON
 ${databaseOptions(28)}
 
 Examples:
-  outbox subscriptions add --url https://acme.example/hooks --name acme --tenant acme --event-type 'order.*'
-  outbox subscriptions add --url https://audit.internal/hooks --name audit --all-tenants --start-at earliest
+  outbox subscriptions create --url https://acme.example/hooks --name acme --tenant acme --event-type 'order.*'
+  outbox subscriptions create --url https://audit.internal/hooks --name audit --all-tenants --start-at earliest
   outbox subscriptions disable acme --reason "customer asked"
   outbox subscriptions rotate-secret acme --overlap 24h
   outbox subscriptions replay acme --since 2h
 
-With OUTBOX_SECRET_KEYS (or OUTBOX_SECRET_KEYS_FILE) set, add and rotate-secret store the new secret encrypted
+With OUTBOX_SECRET_KEYS (or OUTBOX_SECRET_KEYS_FILE) set, create and rotate-secret store the new secret encrypted
 under its first key (see outbox secrets --help); the relays then need the same keys. Without, it is stored as is.
 `,
 
@@ -225,7 +225,7 @@ Options:
   --actor <name>                       who drops, as the audit log records it (default: the OS user)
   --batch-size <n>                     rows per delete statement (default 5000)
   --max-batches <n>                    batch budget per status for this run (default 200)
-  --pause-ms <ms>                      pause between batches, to leave room for live traffic (default 0)
+  --pause <duration>                   pause between batches, to leave room for live traffic (default 0)
   --json                               print the result as JSON: {"removed", "dropped", "caughtUp", "sent",
                                        "dead"}
                                        (and "deliveryLog" with --delivery-log-retention)
@@ -234,7 +234,7 @@ ${databaseOptions(35)}
 Exit codes: 0 caught up · 1 database failure · 2 usage error · ${EXIT_PRUNE_NOT_CAUGHT_UP} not caught up · 130/143 interrupted
 
 Example (crontab):
-  15 * * * *  outbox prune --retention 30d --dead-letter-retention 90d --delivery-log-retention 7d --pause-ms 50
+  15 * * * *  outbox prune --retention 30d --dead-letter-retention 90d --delivery-log-retention 7d --pause 50ms
 `,
 
   'dead-letters': `Usage: outbox dead-letters <list|show|redrive|discard> [options]
@@ -367,12 +367,12 @@ Commands:
   list      list attempts, newest first            (outbox deliveries list --help)
 
 Examples:
-  outbox deliveries list --aggregate order:42
+  outbox deliveries list --aggregate order/42
   outbox deliveries list --subscription acme --limit 20
   outbox deliveries list --event 0b9f6c1e-2f4a-4c1b-9a57-3c0f6c1e2f4a --json
 `,
 
-  'deliveries list': `Usage: outbox deliveries list [--subscription <s>] [--event <id>] [--aggregate <type:id>] [options]
+  'deliveries list': `Usage: outbox deliveries list [--subscription <s>] [--event <id>] [--aggregate <type>/<id>] [options]
 
 Lists delivery attempts, newest first: outcome (delivered, failed, conflict for a 409, dead for the attempt that
 dead-lettered the event), HTTP status, duration in ms, and the answer's first characters or the error, cut to one
@@ -382,7 +382,7 @@ the log is kept until outbox prune --delivery-log-retention deletes it.
 Options:
   --subscription <s>     only this subscription's attempts: an id (also of a deleted one) or a name
   --event <id>           only this event's attempts (one history per subscription)
-  --aggregate <type:id>  only this aggregate's attempts, e.g. order:42
+  --aggregate <type>/<id>  only this aggregate's attempts, e.g. order/42
   --json                 print a JSON array of attempts (subscriptionId, eventId, aggregateType, aggregateId,
                          sequence, attemptedAt, durationMs, httpStatus, outcome, answer, error, cursor)
   --limit <n>            page size (default ${DEFAULT_LIST_LIMIT}); when a page is full, stderr says how to get the next
@@ -394,7 +394,7 @@ ${databaseOptions()}
 
 Checks the rules that keep every aggregate's lane moving and lists each lane that breaks one: pending events with
 no lane row, events held at infinity, a lane blocked by a dead letter that is gone (pruned), a 409 park with nothing
-pending or whose head was last answered otherwise, a lease longer than --max-lease-ms, a sequence counter behind
+pending or whose head was last answered otherwise, a lease longer than --max-lease, a sequence counter behind
 its events, pending events of a subscription that no longer exists. A lane is one subscription's view of an
 aggregate; lanes of stored subscriptions are shown with the subscription's name. A disabled subscription holding
 pending events (with when prune starts to drop them), or that lost some to the disabled retention, is warned
@@ -414,7 +414,7 @@ Options:
   --json                      print the report as JSON: {"ok", "violations", "findings", "warnings"};
                               with --repair {"lanes", "after"} (after: the check that followed)
   --repair                    mend what the check finds, then check again
-  --max-lease-ms <ms>         the longest lease your relays take (default 60000); pass your relays' --lease-ms
+  --max-lease <duration>      the longest lease your relays take (default 60s); pass your relays' --lease
                               if larger, or their leases are reported as too long
   --overdue-after <duration>  a due head no relay holds for longer than this is a finding (default 5m)
   --disabled-retention <duration|off>
@@ -427,7 +427,7 @@ Exit codes: 0 no violations · 1 database failure · 2 usage error · ${EXIT_VIO
 
 Examples:
   outbox doctor
-  outbox doctor --repair --max-lease-ms 120000
+  outbox doctor --repair --max-lease 2m
   outbox doctor --json | jq -c '.violations[]'
 `,
 
@@ -530,7 +530,7 @@ idempotent: run it again after a failure or a new first key. It prints the count
 stops it with that key's id (add the key back and run again).
 
 Key rotation: 1) put the new key first in OUTBOX_SECRET_KEYS, keeping the old ones, for every relay and every
-command that writes secrets (subscriptions add, rotate-secret); 2) run outbox secrets reencrypt; 3) remove the
+command that writes secrets (subscriptions create, rotate-secret); 2) run outbox secrets reencrypt; 3) remove the
 old keys. A relay lacking a secret's key skips that subscription and says so, naming the key id.
 
 Run it as a database role that may read and write outbox_subscription_secret (the migration role; see the
@@ -552,7 +552,7 @@ export const SUMMARIES: readonly (readonly [string, string])[] = [
   ['relay', 'deliver pending events to the endpoint until SIGINT/SIGTERM, then stop gracefully'],
   [
     'subscriptions',
-    'add, list, update, disable, enable, delete stored subscriptions, or rotate their secrets',
+    'create, list, update, disable, enable, delete stored subscriptions, or rotate their secrets',
   ],
   ['stats', 'lag, pending, in-flight, struggling, dead and blocked counts (--watch to follow)'],
   ['prune', 'delete sent events (and optionally dead letters) past retention, in bounded batches'],

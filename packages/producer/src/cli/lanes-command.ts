@@ -1,5 +1,6 @@
 import { IMPLICIT_SUBSCRIPTION_ID } from '../delivery-target.js'
 import type { LaneState, LaneSummary } from '../index.js'
+import { type AggregateRef, aggregateFlag } from './aggregate-flag.js'
 import { cliActor } from './cli-actor.js'
 import { DEFAULT_LIST_LIMIT } from './cli-defaults.js'
 import { UsageError } from './cli-error.js'
@@ -14,22 +15,13 @@ import { choiceFlag, DATABASE_FLAGS, integerFlag, parseFlags } from './parse-fla
 const ERROR_COLUMN_WIDTH = 50
 const STATES: readonly LaneState[] = ['blocked', 'struggling', 'leased']
 
-/**
- * `--aggregate type/id`, split at the first `/` (an aggregate id may hold slashes, a type should not); `type:id`,
- * as `outbox deliveries list` takes it, is accepted too when there is no slash.
- */
-function aggregateFlag(value: string | undefined): { aggregateType: string; aggregateId: string } {
-  if (value === undefined) {
+/** The lane's `--aggregate <type>/<id>`, which `unblock` and `skip-head` require. */
+function laneAggregate(value: string | undefined): AggregateRef {
+  const aggregate = aggregateFlag(value)
+  if (aggregate === undefined) {
     throw new UsageError('missing --aggregate <type>/<id>, e.g. --aggregate order/42 (see outbox lanes list)')
   }
-  const slash = value.indexOf('/')
-  const at = slash >= 0 ? slash : value.indexOf(':')
-  if (at <= 0 || at === value.length - 1) {
-    throw new UsageError(
-      `--aggregate takes <type>/<id>, e.g. --aggregate order/42; got ${JSON.stringify(value)}`,
-    )
-  }
-  return { aggregateType: value.slice(0, at), aggregateId: value.slice(at + 1) }
+  return aggregate
 }
 
 /** `order/42`, followed by the subscription when it is not the implicit one. */
@@ -110,7 +102,7 @@ const ACTION_FLAGS = {
 
 async function unblock(argv: readonly string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('lanes unblock', argv, ACTION_FLAGS)
-  const aggregate = aggregateFlag(values.aggregate)
+  const aggregate = laneAggregate(values.aggregate)
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
   const result = await withFlagNames(values, () =>
@@ -143,7 +135,7 @@ async function unblock(argv: readonly string[], io: CliIo): Promise<number> {
 
 async function skipHead(argv: readonly string[], io: CliIo): Promise<number> {
   const { values } = parseFlags('lanes skip-head', argv, { ...ACTION_FLAGS, reason: { type: 'string' } })
-  const aggregate = aggregateFlag(values.aggregate)
+  const aggregate = laneAggregate(values.aggregate)
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
   const result = await withFlagNames(values, () =>

@@ -4,9 +4,7 @@ import { UsageError } from './cli-error.js'
 /** Library options whose flag is not their own name in kebab case. */
 const RENAMED: Readonly<Record<string, string>> = {
   signingSecret: '--secret',
-  overdueAfterMs: '--overdue-after',
   eventTypes: '--event-type',
-  overlapMs: '--overlap',
   ratePerSecond: '--rate',
   subscriptions: '--subscription',
   subscriptionId: '--subscription',
@@ -15,15 +13,19 @@ const RENAMED: Readonly<Record<string, string>> = {
 }
 
 /**
- * The flag that sets a library option: its name in kebab case (`batchSize` → `--batch-size`), or as renamed.
+ * The flag that sets a library option: its name in kebab case (`batchSize` → `--batch-size`) without the unit of a
+ * duration (`requestTimeoutMs` → `--request-timeout`, which takes `10s` as well as milliseconds), or as renamed.
  *
  * @example
  * ```ts
- * flagOf('requestTimeoutMs') // '--request-timeout-ms'
+ * flagOf('requestTimeoutMs') // '--request-timeout'
  * ```
  */
 export function flagOf(option: string): string {
-  return RENAMED[option] ?? `--${option.replace(/[A-Z]/g, (letter) => `-${letter.toLowerCase()}`)}`
+  return (
+    RENAMED[option] ??
+    `--${option.replace(/Ms$/, '').replace(/[A-Z]/g, (letter) => `-${letter.toLowerCase()}`)}`
+  )
 }
 
 /**

@@ -80,17 +80,29 @@ export function numberFlag(value: string | undefined): number | undefined {
  * Reads a duration flag (`30d`, `12h`, `90s`, `500ms` or plain milliseconds) into milliseconds, with the
  * protocol's one parser, so the CLI accepts exactly what the API does.
  */
-export function durationFlag(value: string | undefined, flag: string): number | undefined {
+export function durationFlag(
+  value: string | undefined,
+  flag: string,
+  bounds: { readonly minMs?: number; readonly maxMs?: number } = {},
+): number | undefined {
   if (value === undefined) return undefined
   const text = value.trim()
+  let ms: number
   try {
-    return parseDuration(/^\d+$/.test(text) ? Number(text) : text, `--${flag}`)
+    ms = parseDuration(/^\d+$/.test(text) ? Number(text) : text, `--${flag}`)
   } catch (error) {
     throw new UsageError(
       `--${flag} must be a duration like 30d, 12h, 15m, 90s or 500ms (or milliseconds), got ${JSON.stringify(value)}`,
       { cause: error },
     )
   }
+  // Bounds of the CLI's own flags only: a library option's bounds are the library's to check (withFlagNames).
+  const { minMs = 0, maxMs = Number.POSITIVE_INFINITY } = bounds
+  if (ms < minMs || ms > maxMs) {
+    const range = maxMs === Number.POSITIVE_INFINITY ? `at least ${minMs}ms` : `from ${minMs}ms to ${maxMs}ms`
+    throw new UsageError(`--${flag} must be a duration ${range}, got ${JSON.stringify(value)}`)
+  }
+  return ms
 }
 
 /**

@@ -7,7 +7,7 @@ import { UsageError } from './cli-error.js'
  * The relay's values are set against its defaults — a 60 s lease and a 10 s request timeout:
  * - `statementTimeoutMs` (server side) 30 s: a claim or mark is a bounded statement that takes milliseconds; one
  *   stuck on a lock or a crawling server is cancelled and reported well before the lease of the lanes it holds runs
- *   out. With a lease shorter than a deadline (`--lease-ms`), lanes may expire under a hung statement and be taken
+ *   out. With a lease shorter than a deadline (`--lease`), lanes may expire under a hung statement and be taken
  *   over; that is safe — every write is fenced by its claim token — only slower.
  * - `queryTimeoutMs` (client side) 35 s, the statement timeout plus a margin: a server that is alive cancels first
  *   and says why (57014); the client's deadline only fires when nothing comes back at all, and then the connection
@@ -105,7 +105,7 @@ export function resolvePoolDeadlines(profile: PoolProfile, env: NodeJS.ProcessEn
 }
 
 /**
- * The relay's deadlines against its lease (`--lease-ms`): a statement that outlives the lease is useless, as the
+ * The relay's deadlines against its lease (`--lease`): a statement that outlives the lease is useless, as the
  * claim it serves has expired meanwhile, and a stalled claim should fail and be reported within one lease. So with a
  * lease shorter than the default statement deadline, the statement and query deadlines follow the lease — unless
  * `OUTBOX_DB_STATEMENT_TIMEOUT_MS` or `OUTBOX_DB_QUERY_TIMEOUT_MS` set them, which wins.

@@ -24,7 +24,7 @@ const FLAGS = {
   'disabled-retention': { type: 'string' },
   'batch-size': { type: 'string' },
   'max-batches': { type: 'string' },
-  'pause-ms': { type: 'string' },
+  pause: { type: 'string' },
   actor: { type: 'string' },
   json: { type: 'boolean' },
 } as const
@@ -40,7 +40,7 @@ export async function pruneCommand(argv: readonly string[], io: CliIo): Promise<
   }
   const batchSize = integerFlag(values['batch-size'], 'batch-size', 1, 1_000_000)
   const maxBatches = integerFlag(values['max-batches'], 'max-batches', 1)
-  const pauseMs = integerFlag(values['pause-ms'], 'pause-ms', 0, 3_600_000)
+  const pauseMs = durationFlag(values.pause, 'pause', { maxMs: 3_600_000 })
   const target = resolveDatabase(values, io.env)
   const producer = await loadProducer()
   const { DEFAULT_OUTBOX_PRUNE_MAX_BATCHES, prune } = producer

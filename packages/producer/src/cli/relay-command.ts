@@ -1,3 +1,5 @@
+import { isUuid } from '@outbox/protocol'
+import type { Kysely } from 'kysely'
 import type { ListenOption, Logger, OnExhausted, Relay, RelayOptions } from '../index.js'
 import { silentLogger } from '../logger.js'
 import { checkSchemaNotNewer } from '../schema-version.js'
@@ -35,13 +37,13 @@ const FLAGS = {
   'allow-private-networks': { type: 'boolean' },
   concurrency: { type: 'string' },
   'batch-size': { type: 'string' },
-  'lease-ms': { type: 'string' },
-  'request-timeout-ms': { type: 'string' },
-  'poll-interval-ms': { type: 'string' },
+  lease: { type: 'string' },
+  'request-timeout': { type: 'string' },
+  'poll-interval': { type: 'string' },
   'retry-schedule': { type: 'string' },
   'on-exhausted': { type: 'string' },
   listen: { type: 'boolean' },
-  'stop-timeout-ms': { type: 'string' },
+  'stop-timeout': { type: 'string' },
   'log-format': { type: 'string' },
   'log-level': { type: 'string' },
   verbose: { type: 'boolean' },
@@ -216,6 +218,39 @@ function constructRelay(
   }
 }
 
+/**
+ * Stands in for a subscription name while the relay's options are checked before the database answers: a uuid
+ * no subscription has, so the check of `--subscription` passes and every other flag is checked at once.
+ */
+const NAME_PLACEHOLDER = '00000000-0000-0000-0000-000000000000'
+
+/**
+ * The ids of `--subscription`'s entries: ids as given, names looked up (as every other subscription command takes
+ * them); an unknown name is a usage error.
+ */
+async function subscriptionIds(
+  producer: Producer,
+  db: Kysely<any>,
+  schema: string,
+  refs: readonly string[],
+): Promise<string[]> {
+  const ids: string[] = []
+  for (const ref of refs) {
+    if (isUuid(ref)) {
+      ids.push(ref)
+      continue
+    }
+    const found = await producer.getSubscription(db, ref, { schema })
+    if (found === undefined) {
+      throw new UsageError(
+        `--subscription: no subscription ${JSON.stringify(ref)} (see outbox subscriptions list)`,
+      )
+    }
+    ids.push(found.id)
+  }
+  return ids
+}
+
 /** What the operator sees of the endpoint: no credentials, no query string (either may hold a token). */
 function shownEndpoint(url: string): string {
   try {
@@ -243,7 +278,7 @@ async function warnWhenNothingServed(
   if (enabled.length === 0) {
     log.warn(
       {},
-      'no enabled stored subscription to serve: add one with outbox subscriptions add, or pass --endpoint <url>',
+      'no enabled stored subscription to serve: add one with outbox subscriptions create, or pass --endpoint <url>',
     )
   }
 }
@@ -258,19 +293,24 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
   const settings = resolveSettings(FLAGS, parsed.values, io.env)
   const values = settings.values as typeof parsed.values
   const env = withSecretFiles(parsed.values, values, settings.env)
-  // Without an endpoint the relay serves the stored subscriptions (outbox subscriptions add).
+  // Without an endpoint the relay serves the stored subscriptions (outbox subscriptions create).
   const endpoint = values.endpoint?.trim() || env.OUTBOX_ENDPOINT?.trim() || undefined
-  const subscriptions = values.subscription?.flatMap((value) => value.split(',')).map((id) => id.trim())
+  // Ids or names; names are looked up once the database answers (subscriptionIds).
+  const subscriptionRefs = values.subscription
+    ?.flatMap((value) => value.split(','))
+    .map((ref) => ref.trim())
+    .filter(Boolean)
+  let subscriptions = subscriptionRefs?.map((ref) => (isUuid(ref) ? ref : NAME_PLACEHOLDER))
+  const namesGiven = subscriptionRefs?.some((ref) => !isUuid(ref)) ?? false
   const secrets = signingSecrets(values.secret, env)
   // Syntax only: the relay checks the bounds, and its errors are reported under these flags.
   const concurrency = numberFlag(values.concurrency)
   const batchSize = numberFlag(values['batch-size'])
-  const leaseMs = numberFlag(values['lease-ms'])
-  const requestTimeoutMs = numberFlag(values['request-timeout-ms'])
-  const pollIntervalMs = numberFlag(values['poll-interval-ms'])
+  const leaseMs = durationFlag(values.lease, 'lease')
+  const requestTimeoutMs = durationFlag(values['request-timeout'], 'request-timeout')
+  const pollIntervalMs = durationFlag(values['poll-interval'], 'poll-interval')
   const onExhausted = values['on-exhausted'] as OnExhausted | undefined
-  const stopTimeoutMs =
-    integerFlag(values['stop-timeout-ms'], 'stop-timeout-ms', 0) ?? DEFAULT_STOP_TIMEOUT_MS
+  const stopTimeoutMs = durationFlag(values['stop-timeout'], 'stop-timeout') ?? DEFAULT_STOP_TIMEOUT_MS
   // Text for a person at a terminal; JSON lines for everything else (a container's or journald's log pipeline).
   const format =
     choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? (io.stdout.isTTY ? 'text' : 'json')
@@ -316,10 +356,10 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
     },
     async (db) => {
       const listen: ListenOption = values.listen ? listenConnection(target) : false
-      const options: RelayOptions = {
+      const optionsWith = (ids: readonly string[] | undefined): RelayOptions => ({
         db,
         endpoint,
-        subscriptions,
+        subscriptions: ids,
         allowPrivateNetworks: values['allow-private-networks'],
         secret: secrets.length > 0 ? secrets : undefined,
         // Only stored subscriptions' secrets are encrypted; a relay with an --endpoint reads none.
@@ -337,17 +377,15 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
         // The events below already give one line per occurrence; the relay's own diagnostics would repeat
         // them, so they are only shown with --verbose.
         logger: values.verbose ? log : silentLogger,
-      }
-      const relay = constructRelay(producer, options, values)
-      logRelayEvents(relay, log, target)
+      })
+      // Every flag is checked now, before any wait for the database; with names in --subscription this relay only
+      // checks them (placeholders stand in for the names), and the one that runs is built once they are looked up.
+      let relay = constructRelay(producer, optionsWith(subscriptions), values)
       const interrupt = catchInterrupt((signal) => {
         log.warn({}, `second ${signal}: exiting without releasing claims (they expire with their lease)`)
         process.exit(signalExitCode(signal))
       })
       let stopped: { lanes: number; aborted: number; unflushed: number } | undefined
-      relay.on('relay:stopped', (result) => {
-        stopped = result
-      })
       let server: RelayHttpServer | undefined
       let closePing: (() => Promise<void>) | undefined
       /** Why the relay has not started yet, while it waits for its database (`/readyz` says so). */
@@ -387,6 +425,9 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
           check: async () => {
             await producer.stats(db, { schema: target.schema })
             await checkSchemaNotNewer({ db, schema: target.schema })
+            if (namesGiven && subscriptionRefs !== undefined) {
+              subscriptions = await subscriptionIds(producer, db, target.schema, subscriptionRefs)
+            }
           },
           explain: (error) =>
             explainDatabaseError(error, target) ?? (error instanceof Error ? error.message : String(error)),
@@ -400,6 +441,11 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
           log.info({}, `${interrupt.received} received while waiting for the database: exiting`)
           return 0
         }
+        if (namesGiven) relay = constructRelay(producer, optionsWith(subscriptions), values)
+        logRelayEvents(relay, log, target)
+        relay.on('relay:stopped', (result) => {
+          stopped = result
+        })
         await relay.start()
         const resolved = relay.options
         log.info(
@@ -407,9 +453,9 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
             ...(endpoint === undefined
               ? {
                   serving:
-                    subscriptions === undefined
+                    subscriptionRefs === undefined
                       ? 'every enabled stored subscription'
-                      : subscriptions.join(','),
+                      : subscriptionRefs.join(','),
                 }
               : { endpoint: shownEndpoint(endpoint) }),
             database: `${target.where}/${target.database}`,

@@ -32,8 +32,8 @@ const READ_ELSEWHERE = new Set(['database-url', 'schema', 'secret'])
 const COMMAND_LINE_ONLY = new Set(['help', 'config'])
 
 /**
- * The environment variable of a flag: `OUTBOX_` and the flag in upper snake case (`--lease-ms` →
- * `OUTBOX_LEASE_MS`), but for the database URL's, which is `DATABASE_URL` (and `DATABASE_URL_FILE`) everywhere.
+ * The environment variable of a flag: `OUTBOX_` and the flag in upper snake case (`--poll-interval` →
+ * `OUTBOX_POLL_INTERVAL`), but for the database URL's, which is `DATABASE_URL` (and `DATABASE_URL_FILE`) everywhere.
  *
  * @example
  * ```ts
@@ -44,7 +44,7 @@ export function envNameOf(flag: string): string {
   return ENV_NAMES[flag] ?? `OUTBOX_${flag.toUpperCase().replaceAll('-', '_')}`
 }
 
-/** A flag's key in a config file: its name in camel case (`--lease-ms` → `leaseMs`). */
+/** A flag's key in a config file: its name in camel case (`--poll-interval` → `pollInterval`). */
 export function configKeyOf(flag: string): string {
   return flag.replace(/-([a-z])/g, (_, letter: string) => letter.toUpperCase())
 }
@@ -78,7 +78,7 @@ function readConfig(
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
     throw new UsageError(
-      `${source} ${path} must hold one JSON object, e.g. {"concurrency": 32, "leaseMs": 30000}`,
+      `${source} ${path} must hold one JSON object, e.g. {"concurrency": 32, "lease": "30s"}`,
     )
   }
   const byKey = new Map(

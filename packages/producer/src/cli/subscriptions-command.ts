@@ -9,10 +9,11 @@ import { loadProducer, type Producer } from './load-producer.js'
 import { resolveDatabase, withDatabase } from './open-database.js'
 import { withFlagNames } from './option-flags.js'
 import { choiceFlag, DATABASE_FLAGS, durationFlag, numberFlag, parseFlags } from './parse-flags.js'
+import { privateUrlHint } from './private-url-hint.js'
 import { replayCommand } from './replay-command.js'
 import { secretKeysFromEnv } from './secret-keys-env.js'
 
-/** The flags that set a subscription's settings (add, update). */
+/** The flags that set a subscription's settings (create, update). */
 const SETTING_FLAGS = {
   url: { type: 'string' },
   name: { type: 'string' },
@@ -22,7 +23,7 @@ const SETTING_FLAGS = {
   'max-in-flight': { type: 'string' },
   rate: { type: 'string' },
   'retry-schedule': { type: 'string' },
-  'request-timeout-ms': { type: 'string' },
+  'request-timeout': { type: 'string' },
   'on-exhausted': { type: 'string' },
   json: { type: 'boolean' },
   actor: { type: 'string' },
@@ -58,7 +59,7 @@ const CLEARABLE: Readonly<Record<string, keyof SubscriptionChanges>> = {
   'max-in-flight': 'maxInFlight',
   rate: 'ratePerSecond',
   'retry-schedule': 'retrySchedule',
-  'request-timeout-ms': 'requestTimeoutMs',
+  'request-timeout': 'requestTimeoutMs',
   'on-exhausted': 'onExhausted',
 }
 
@@ -84,8 +85,8 @@ function settingsOf(values: SettingValues): SubscriptionChanges {
   if (values['event-type'] !== undefined) settings.eventTypes = values['event-type']
   if (values['max-in-flight'] !== undefined) settings.maxInFlight = numberFlag(values['max-in-flight'])
   if (values.rate !== undefined) settings.ratePerSecond = numberFlag(values.rate)
-  if (values['request-timeout-ms'] !== undefined) {
-    settings.requestTimeoutMs = numberFlag(values['request-timeout-ms'])
+  if (values['request-timeout'] !== undefined) {
+    settings.requestTimeoutMs = durationFlag(values['request-timeout'], 'request-timeout')
   }
   if (values['retry-schedule'] !== undefined) {
     settings.retrySchedule = values['retry-schedule']
@@ -206,7 +207,7 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
     )
   }
   switch (action) {
-    case 'add': {
+    case 'create': {
       const { values, positionals } = parseFlags(
         command,
         rest,
@@ -214,9 +215,9 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
         true,
       )
       if (positionals.length > 0)
-        throw new UsageError('add takes flags only, e.g. --url <url> (see outbox subscriptions --help)')
+        throw new UsageError('create takes flags only, e.g. --url <url> (see outbox subscriptions --help)')
       if (values.url === undefined)
-        throw new UsageError('add needs --url <url> (see outbox subscriptions --help)')
+        throw new UsageError('create needs --url <url> (see outbox subscriptions --help)')
       warnSecretFlag(io, values.secret)
       const secret = values.secret ?? (io.env.OUTBOX_SECRET || undefined)
       const secretKeys = secretKeysFromEnv(io.env)
@@ -235,6 +236,9 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
           { schema, secretKeys, actor: cliActor(values.actor) },
         ),
       )
+      // On stderr, so --json output stays one document.
+      const hint = await privateUrlHint(values.url)
+      if (hint !== undefined) writeLine(io.stderr, hint)
       if (values.json) writeLine(io.stdout, JSON.stringify(created))
       else {
         writeLine(io.stdout, `created subscription ${created.id}`)
@@ -420,11 +424,11 @@ export async function subscriptionsCommand(argv: readonly string[], io: CliIo): 
       return await replayCommand(command, rest, io)
     case undefined:
       throw new UsageError(
-        'missing subcommand: outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret|replay (see outbox subscriptions --help)',
+        'missing subcommand: outbox subscriptions create|list|show|update|disable|enable|delete|rotate-secret|replay (see outbox subscriptions --help)',
       )
     default:
       throw new UsageError(
-        `unknown subcommand ${JSON.stringify(action)}: use outbox subscriptions add|list|show|update|disable|enable|delete|rotate-secret|replay (see outbox subscriptions --help)`,
+        `unknown subcommand ${JSON.stringify(action)}: use outbox subscriptions create|list|show|update|disable|enable|delete|rotate-secret|replay (see outbox subscriptions --help)`,
       )
   }
 }
