@@ -163,7 +163,7 @@ describe('relay crashes (real processes, SIGKILL)', () => {
   })
 
   it('lanes only claimed ahead by a relay that died are handed over free: innocent events are never charged for a poison one', {
-    timeout: 60_000,
+    timeout: 180_000,
   }, async () => {
     // concurrency 1: each relay delivers the poison lane and keeps one innocent lane claimed ahead, unstarted, when
     // the poison kills it. Before the takeover rule, every crash charged that innocent head an attempt too.
@@ -184,8 +184,11 @@ describe('relay crashes (real processes, SIGKILL)', () => {
       .execute()
     expect(rows.filter((row) => row.status === 'dead').map((row) => row.aggregate_id)).toEqual(['killer'])
     const innocentRows = rows.filter((row) => row.aggregate_id !== 'killer')
-    // Each innocent event was sent once and charged nothing: its only attempt is the one that succeeded.
-    expect(innocentRows.map((row) => [row.status, row.attempts])).toEqual(innocents.map(() => ['sent', 1]))
+    // Each innocent event was delivered and charged nothing for the crashes: no takeover charge, and no attempt
+    // recorded as one (a request of its own that timed out on a loaded machine would be an honest attempt).
+    expect(innocentRows.map((row) => row.status)).toEqual(innocents.map(() => 'sent'))
+    expect(innocentRows.map((row) => row.takeover_charges)).toEqual(innocents.map(() => 0))
+    for (const row of innocentRows) expect(row.last_error ?? '').not.toMatch(/request was under way/)
     expect(kills).toBe(7)
   })
 })
