@@ -210,7 +210,7 @@ describe('database faults in the network', () => {
   })
 
   it('two relays, one cut off from PostgreSQL by a silent network: it keeps failing fast, the other takes its lanes over at lease end, it comes back when the network does; nothing lost or reordered', {
-    timeout: 60_000,
+    timeout: 120_000,
   }, async () => {
     const proxy = await startProxy()
     const sink = await startTestSink(async () => {

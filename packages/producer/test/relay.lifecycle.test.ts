@@ -185,7 +185,8 @@ describe('relay lifecycle', () => {
           return Number(rows[0]!.leased) === 0
         },
         'the late claim to be handed back',
-        3000,
+        // Half the lease: generous for a loaded machine, and still short of the lease's end.
+        30_000,
       )
       expect(sink.requests).toHaveLength(0)
     } finally {

@@ -205,7 +205,7 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       await relay.stop()
       await sink.close()
     }
-  }, 60_000)
+  }, 120_000)
 
   it('enqueue with NOTIFY from 8 connections at once keeps working under load, in order', async () => {
     const sink = await startSink()

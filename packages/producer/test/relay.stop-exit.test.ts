@@ -12,7 +12,7 @@ const script = fileURLToPath(new URL('./fixtures/relay-stop-exit.ts', import.met
 
 describe('relay stop', () => {
   it('leaves nothing behind: a process whose only work was a relay has no timer left after stop() and exits by itself with code 0', {
-    timeout: 60_000,
+    timeout: 120_000,
   }, async () => {
     const sink = await startSink(() => ({ status: 200, body: { status: 'applied' } }))
     try {
