@@ -17,7 +17,8 @@ const consumer = useTestDatabase()
 // path and replayPath); OUTBOX_MODEL_TRACE=1 prints each command as it runs.
 const CI_RUNS = 40
 const CI_SEED = 20_260_135
-const seconds = process.env.OUTBOX_MODEL_SECONDS === undefined ? undefined : Number(process.env.OUTBOX_MODEL_SECONDS)
+const seconds =
+  process.env.OUTBOX_MODEL_SECONDS === undefined ? undefined : Number(process.env.OUTBOX_MODEL_SECONDS)
 const runs = Number(process.env.OUTBOX_MODEL_RUNS ?? CI_RUNS)
 const seed =
   process.env.OUTBOX_MODEL_SEED !== undefined
@@ -112,7 +113,10 @@ describe('model: the real relay loop, SQL and dedupe against an oracle of the co
         ...(path === undefined
           ? seconds === undefined
             ? { numRuns: runs, interruptAfterTimeLimit: (600 + shrinkSeconds) * 1000 }
-            : { numRuns: Math.max(200, seconds * 4), interruptAfterTimeLimit: (seconds + shrinkSeconds) * 1000 }
+            : {
+                numRuns: Math.max(200, seconds * 4),
+                interruptAfterTimeLimit: (seconds + shrinkSeconds) * 1000,
+              }
           : {
               numRuns: 1,
               path,
