@@ -29,8 +29,9 @@ export default defineConfig({
     // PostgreSQL, HTTP and leases, and on two CPUs the default ran every file one after another (measured on such a
     // machine: 667 s of test time in 414 s with two files at a time). Every file has its own database and ports.
     maxWorkers: '100%',
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // Ceilings against hangs, not verdicts: a test waits on conditions, and a loaded machine only makes it slower.
+    testTimeout: 120_000,
+    hookTimeout: 120_000,
     teardownTimeout: 30_000,
   },
 })

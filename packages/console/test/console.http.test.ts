@@ -319,7 +319,8 @@ describe('reads', () => {
       const slow = await request(quick).get('/outbox/dead-letters').set(bearer)
       expect(slow.status).toBe(503)
       expect(slow.text).toContain('did not answer within 300 ms')
-      expect(Date.now() - started).toBeLessThan(5000)
+      // Without the deadline the read waits for the lock for ever: any bound tells them apart, so a generous one.
+      expect(Date.now() - started).toBeLessThan(30_000)
     } finally {
       held.release()
       await holding

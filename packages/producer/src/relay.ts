@@ -7,7 +7,7 @@ import { MarkBuffer } from './mark-buffer.js'
 import { RelayMetrics } from './metrics.js'
 import { type RelayOptions, type ResolvedRelayOptions, resolveRelayOptions } from './options.js'
 import { type RelayOptionsView, relayOptionsView } from './relay-options-view.js'
-import { interruptibleSleep, type RelayRuntime, runtimeOf, sleep } from './runtime.js'
+import { interruptibleSleep, type RelayRuntime, runtimeOf, withDeadline } from './runtime.js'
 import { notifyChannel } from './schema-name.js'
 import { checkSchemaNotNewer } from './schema-version.js'
 import {
@@ -471,7 +471,7 @@ export class Relay {
     // The backfill starts no batch once stopping; its batch in flight is one statement, which commits or rolls
     // back whole.
     const settled = Promise.allSettled([...this.#active, this.#backfill.settled(), this.#express])
-    await Promise.race([Promise.all([settled, this.#loop]), sleep(clock, timeoutMs + STOP_GRACE_MS)])
+    await withDeadline(clock, timeoutMs + STOP_GRACE_MS, Promise.all([settled, this.#loop]))
     clock.clearTimeout(abortTimer)
     // Lanes claimed ahead but never started go back untouched, in the same flush as everything else.
     for (const lane of this.#ready.splice(0)) {
@@ -479,7 +479,7 @@ export class Relay {
       this.#count(this.#held, lane.subscriptionId, -1)
       this.#marks.release({ claimToken: lane.claimToken, delivered: false })
     }
-    await Promise.race([this.#marks.flush(), sleep(clock, STOP_GRACE_MS)])
+    await withDeadline(clock, STOP_GRACE_MS, this.#marks.flush())
     const unflushed = this.#marks.abandon()
     await this.#listener?.stop()
     await this.#sender.close()

@@ -46,6 +46,22 @@ export function sleep(clock: Clock, ms: number): Promise<void> {
 }
 
 /**
+ * Settles with `work`, or after `ms` on `clock` if that comes first, and clears its timer either way: a deadline
+ * left pending after the race is decided keeps the process alive until it fires.
+ */
+export async function withDeadline(clock: Clock, ms: number, work: Promise<unknown>): Promise<void> {
+  let timer: unknown
+  const deadline = new Promise<void>((resolve) => {
+    timer = clock.setTimeout(resolve, ms)
+  })
+  try {
+    await Promise.race([work, deadline])
+  } finally {
+    clock.clearTimeout(timer)
+  }
+}
+
+/**
  * Sleeps `ms` on `clock`, or less: while it sleeps, `setWake` holds the function that ends it at once (a NOTIFY, a
  * stop), and is given `undefined` when it ends either way — so a wake-up that comes between two sleeps is the
  * caller's to remember.

@@ -208,7 +208,9 @@ export function startCli(
       if (!options.terminal) throw new Error('type() needs startCli(…, { terminal: true })')
       child.stdin!.write(text)
     },
-    waitFor(check, what, timeoutMs = 15_000) {
+    // Generous defaults: ceilings catch what never comes; a loaded machine (a CLI's start is a process start and a
+    // pool's first connections) must not reach them.
+    waitFor(check, what, timeoutMs = 60_000) {
       return new Promise<void>((resolve, reject) => {
         const timer = setTimeout(
           () => finish(new Error(`timed out waiting for ${what}; stdout:\n${stdout}\nstderr:\n${stderr}`)),
@@ -229,7 +231,7 @@ export function startCli(
         listener()
       })
     },
-    async stop(signal, timeoutMs = 20_000) {
+    async stop(signal, timeoutMs = 60_000) {
       child.kill(signal)
       let timer: NodeJS.Timeout | undefined
       const timeout = new Promise<never>((_, reject) => {

@@ -405,16 +405,16 @@ describe.concurrent('outbox relay', () => {
         schema,
         '--listen',
         '--poll-interval',
-        '60s',
+        '10m',
       ],
       cliEnv({ DATABASE_URL: t.url }),
       { onTestFinished },
     )
     await started(relay)
-    expect(relay.stdout()).toContain('wakeUps="LISTEN outbox_relay_listen + polling every 60000ms"')
-    // The relay's first poll ran at start; from now on only a notification can wake it within the minute.
+    expect(relay.stdout()).toContain('wakeUps="LISTEN outbox_relay_listen + polling every 600000ms"')
+    // The relay's first poll ran at start; from now on only a notification can wake it within 10 min, so a delivery
+    // within the wait below is the notification's on any machine.
     await new Promise((resolve) => setTimeout(resolve, 300))
-    const startedAt = Date.now()
     const { eventId } = await t.db.transaction().execute((trx) =>
       enqueue(
         trx,
@@ -430,9 +430,8 @@ describe.concurrent('outbox relay', () => {
     await waitFor(
       () => hooks.requests.some((request) => request.json.event_id === eventId),
       'the notified event',
-      10_000,
+      60_000,
     )
-    expect(Date.now() - startedAt).toBeLessThan(10_000)
     const result = await relay.stop('SIGINT')
     expect(result, result.stderr).toMatchObject({ code: 0, stderr: '' })
   })

@@ -539,5 +539,5 @@ describe('outbox prune --disabled-retention', () => {
     expect(bad.code).toBe(2)
     expect(bad.stderr).toMatch(/--disabled-retention/)
     await sleep(0)
-  }, 60_000)
+  }, 120_000)
 })

@@ -16,9 +16,13 @@ afterEach(async () => {
   await Promise.all(processes.splice(0).map((relay) => relay.kill()))
 })
 
-/** Waits (at most 2 s) until every answered event is recorded as sent: the relay's marks of its 2xx have landed. */
+/**
+ * Waits until every answered event is recorded as sent: the relay's marks of its 2xx have landed. The ceiling is
+ * generous (a loaded machine delays the marks, it does not lose them); past it the kill goes ahead and the count of
+ * kills tells.
+ */
 async function marksLanded(answered: ReadonlyMap<string, number>): Promise<void> {
-  const deadline = Date.now() + 2000
+  const deadline = Date.now() + 30_000
   while (Date.now() < deadline) {
     const rows = await t.db
       .selectFrom('outbox')
@@ -81,13 +85,20 @@ async function superviseThroughPoison(
       },
       what,
       // Generous: each kill costs a process start and a lease, and a loaded machine stretches both.
-      150_000,
+      270_000,
     )
     return kills
   } finally {
     await sink.close()
   }
 }
+
+/**
+ * The poison tests' relay. Its request timeout outlasts the sink's kill (which first waits for earlier marks) on any
+ * machine: a relay that gave up on the poison request itself would charge it an attempt without a crash, and the
+ * kills would no longer count the takeovers. The lease is the least that allows that timeout.
+ */
+const POISON_OPTIONS = { leaseMs: 4000, requestTimeoutMs: 3000, pollIntervalMs: 20, retrySchedule: [5, 5] }
 
 describe('relay crashes (real processes, SIGKILL)', () => {
   it('a crash between the POST and its mark-sent gives a duplicate with the same event id, never a loss', async () => {
@@ -103,7 +114,9 @@ describe('relay crashes (real processes, SIGKILL)', () => {
       return { status: 200, body: { status: request === sink.requests[0] ? 'applied' : 'duplicate_ignored' } }
     })
     try {
-      const options = { endpoint: sink.url, leaseMs: 1000, requestTimeoutMs: 300, pollIntervalMs: 20 }
+      // The request timeout outlasts the kill however slow the machine: the relay must die mid-request, not give
+      // up on the request first.
+      const options = { endpoint: sink.url, leaseMs: 4000, requestTimeoutMs: 3000, pollIntervalMs: 20 }
       first = await spawnRelay(t.url, options)
       processes.push(first)
       started.resolve()
@@ -129,12 +142,12 @@ describe('relay crashes (real processes, SIGKILL)', () => {
   })
 
   it('an event that kills its relay every time is dead-lettered after maxAttempts takeovers proven alone; its lane moves on', {
-    timeout: 180_000,
+    timeout: 300_000,
   }, async () => {
     await seedEvents(t.db, ['poison'], 2)
     const kills = await superviseThroughPoison(
       (request) => request.json.sequence === 1,
-      { leaseMs: 600, requestTimeoutMs: 200, pollIntervalMs: 20, retrySchedule: [5, 5] },
+      POISON_OPTIONS,
       async () => {
         const { dead, pending } = await stats(t.db)
         return dead === 1 && pending === 0
@@ -163,7 +176,7 @@ describe('relay crashes (real processes, SIGKILL)', () => {
   })
 
   it('lanes only claimed ahead by a relay that died are handed over free: innocent events are never charged for a poison one', {
-    timeout: 180_000,
+    timeout: 300_000,
   }, async () => {
     // concurrency 1: each relay delivers the poison lane and keeps one innocent lane claimed ahead, unstarted, when
     // the poison kills it. Before the takeover rule, every crash charged that innocent head an attempt too.
@@ -172,7 +185,7 @@ describe('relay crashes (real processes, SIGKILL)', () => {
     await seedEvents(t.db, innocents, 1)
     const kills = await superviseThroughPoison(
       (request) => request.json.aggregate_id === 'killer',
-      { concurrency: 1, leaseMs: 600, requestTimeoutMs: 200, pollIntervalMs: 20, retrySchedule: [5, 5] },
+      { ...POISON_OPTIONS, concurrency: 1 },
       async () => (await stats(t.db)).pending === 0,
       'the poison to be dead-lettered and every innocent event delivered',
     )

@@ -60,17 +60,17 @@ describe('dead letters', () => {
       db: t.db,
       endpoint: sink.url,
       retrySchedule: [0],
-      pollIntervalMs: 10_000,
+      pollIntervalMs: 600_000,
       listen: false,
       logger: silentLogger,
     })
     try {
       await relay.start()
-      // Two attempts of the poison event, then the event behind it; a wait for the 10 s poll would time out.
+      // Two attempts of the poison event, then the event behind it; a wait for the 10 min poll would time out.
       await waitFor(
         () => sink.requests.filter((request) => request.json.aggregate_id === 'skip-2').length === 4,
         'the retry and the event behind the dead letter',
-        3000,
+        60_000,
       )
       expect(sink.requests.map((request) => request.json.sequence)).toEqual([1, 2, 2, 3])
     } finally {

@@ -29,13 +29,22 @@ async function killListenConnections(): Promise<number> {
   return rows.length
 }
 
+/**
+ * A poll interval no test here waits out, so a delivery seen is a wake-up's: the verdict is which path delivered,
+ * not how fast, and a loaded machine cannot change it.
+ */
+const POLL_NEVER_MS = 600_000
+/** How long a wake-up may take on a loaded machine: generous, and far below {@link POLL_NEVER_MS}. */
+const WAKE_CEILING_MS = 60_000
+
 describe('LISTEN/NOTIFY wake-ups', () => {
-  it('an idle relay polling every 10 s delivers an enqueued event in well under a second, and again after its LISTEN connection is killed', async () => {
+  it('an idle relay polling every 10 min delivers an enqueued event long before its next poll, and again after its LISTEN connection is killed', async () => {
     const sink = await startSink()
+    // The poll is far beyond every wait below: a delivery within them was woken by the NOTIFY, on any machine.
     const relay = new Relay({
       db: t.db,
       endpoint: sink.url,
-      pollIntervalMs: 10_000,
+      pollIntervalMs: POLL_NEVER_MS,
       listen: { connectionString: t.url },
       logger: silentLogger,
     })
@@ -44,17 +53,15 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       expect(relay.listening).toBe(true)
       // Let the first poll pass so the relay is idle in its 10 s wait.
       await new Promise((resolve) => setTimeout(resolve, 300))
-      const committed = await enqueueOne('l-1')
-      await waitFor(() => sink.requests.length === 1, 'the first wake-up', 2000)
-      expect(sink.requests[0]!.at - committed).toBeLessThan(500)
+      await enqueueOne('l-1')
+      await waitFor(() => sink.requests.length === 1, 'the first wake-up', WAKE_CEILING_MS)
 
       expect(await killListenConnections()).toBe(1)
-      await waitFor(() => !relay.listening, 'the relay to notice', 2000)
-      await waitFor(() => relay.listening, 'the LISTEN connection to come back', 5000)
+      await waitFor(() => !relay.listening, 'the relay to notice', WAKE_CEILING_MS)
+      await waitFor(() => relay.listening, 'the LISTEN connection to come back', WAKE_CEILING_MS)
       await new Promise((resolve) => setTimeout(resolve, 300))
-      const again = await enqueueOne('l-2')
-      await waitFor(() => sink.requests.length === 2, 'a wake-up after the reconnect', 2000)
-      expect(sink.requests[1]!.at - again).toBeLessThan(500)
+      await enqueueOne('l-2')
+      await waitFor(() => sink.requests.length === 2, 'a wake-up after the reconnect', WAKE_CEILING_MS)
     } finally {
       await relay.stop()
       await sink.close()
@@ -73,20 +80,18 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       const relay = new Relay({
         db: t.db,
         endpoint: sink.url,
-        pollIntervalMs: 10_000,
+        pollIntervalMs: POLL_NEVER_MS,
         listen,
         logger: silentLogger,
       })
       try {
         await enqueueOne(id)
         await relay.start()
-        await waitFor(() => sink.requests.length === 1, 'the first event to be in flight', 2000)
+        await waitFor(() => sink.requests.length === 1, 'the first event to be in flight', WAKE_CEILING_MS)
         await enqueueOne(id)
         first.resolve()
-        const answered = performance.now()
-        await waitFor(() => sink.requests.length === 2, 'the second event', 2000)
+        await waitFor(() => sink.requests.length === 2, 'the second event', WAKE_CEILING_MS)
         expect(sink.requests.map((request) => request.json.sequence)).toEqual([1, 2])
-        expect(sink.requests[1]!.at - answered).toBeLessThan(500)
       } finally {
         await relay.stop()
         await sink.close()
@@ -102,18 +107,18 @@ describe('LISTEN/NOTIFY wake-ups', () => {
     const relay = new Relay({
       db,
       endpoint: sink.url,
-      pollIntervalMs: 10_000,
+      pollIntervalMs: POLL_NEVER_MS,
       listen: { connectionString: t.url },
       logger: silentLogger,
     })
     const events = 20
     try {
       await relay.start()
-      await waitFor(() => relay.listening, 'the LISTEN connection', 2000)
+      await waitFor(() => relay.listening, 'the LISTEN connection', WAKE_CEILING_MS)
       const before = claims()
       for (let n = 0; n < events; n++) {
         await enqueueOne(`trickle-${n}`)
-        await waitFor(() => sink.requests.length === n + 1, `event ${n}`, 2000)
+        await waitFor(() => sink.requests.length === n + 1, `event ${n}`, WAKE_CEILING_MS)
         // Let the lane's release land before the next event, as at a steady rate.
         await new Promise((resolve) => setTimeout(resolve, 15))
       }
@@ -129,7 +134,7 @@ describe('LISTEN/NOTIFY wake-ups', () => {
 
   it("the release of a maxInFlight subscription's lane wakes the claim for its next lane at once", async () => {
     // The claim gave one lane where the relay offered many: the subscription's limit, counted across relays from
-    // live leases, was what held it back, so the lane's release landing must bring the next claim, not the 10 s poll.
+    // live leases, was what held it back, so the lane's release landing must bring the next claim, not the poll.
     const sink = await startSink(async () => {
       await new Promise((resolve) => setTimeout(resolve, 20))
       return { status: 200, body: { status: 'applied' } }
@@ -139,13 +144,13 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       db: t.db,
       subscriptions: [id],
       allowPrivateNetworks: true,
-      pollIntervalMs: 10_000,
+      pollIntervalMs: POLL_NEVER_MS,
       logger: silentLogger,
     })
     try {
       for (let n = 0; n < 4; n++) await enqueueOne(`limited-${n}`)
       await relay.start()
-      await waitFor(() => sink.requests.length === 4, 'four lanes, one after the other', 3000)
+      await waitFor(() => sink.requests.length === 4, 'four lanes, one after the other', WAKE_CEILING_MS)
     } finally {
       await relay.stop()
       await sink.close()
@@ -160,7 +165,9 @@ describe('LISTEN/NOTIFY wake-ups', () => {
     const relay = new Relay({
       db: t.db,
       endpoint: sink.url,
-      pollIntervalMs: 400,
+      // Long enough that a wake-up's delivery (milliseconds) stands apart from a poll's on a loaded machine, short
+      // enough that the polling fallback delivers within the test.
+      pollIntervalMs: 3000,
       listen: async () => {
         if (!allowConnect) throw new Error('database refuses LISTEN connections for now')
         const client = new pg.Client({ connectionString: t.url })
@@ -176,13 +183,13 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       await relay.start()
       allowConnect = false
       await killListenConnections()
-      await waitFor(() => errors.length >= 2, 'failed reconnects', 5000)
+      await waitFor(() => errors.length >= 2, 'failed reconnects', WAKE_CEILING_MS)
       expect(relay.listening).toBe(false)
       await enqueueOne('p-1')
       await waitFor(
         () => sink.requests.some((request) => request.json.aggregate_id === 'p-1'),
         'delivery by polling',
-        3000,
+        WAKE_CEILING_MS,
       )
 
       allowConnect = true
@@ -192,15 +199,16 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       await waitFor(
         () => sink.requests.some((request) => request.json.aggregate_id === 'p-2'),
         'a wake-up',
-        2000,
+        WAKE_CEILING_MS,
       )
       const request = sink.requests.find((one) => one.json.aggregate_id === 'p-2')!
-      expect(request.at - committed).toBeLessThan(350)
+      // Two thirds of the poll interval: a margin of 100 times what a wake-up takes on an idle machine.
+      expect(request.at - committed).toBeLessThan(2000)
     } finally {
       await relay.stop()
       await sink.close()
     }
-  }, 60_000)
+  }, 120_000)
 
   it('enqueue with NOTIFY from 8 connections at once keeps working under load, in order', async () => {
     const sink = await startSink()
@@ -264,13 +272,12 @@ describe('LISTEN/NOTIFY wake-ups', () => {
       logger: silentLogger,
     })
     try {
-      const started = performance.now()
       const outcome = await Promise.race([
         relay.start().then(() => 'started'),
-        new Promise((resolve) => setTimeout(() => resolve('hung'), 5000)),
+        // A hang is for ever: a ceiling far beyond connectTimeoutMs tells it apart on any machine.
+        new Promise((resolve) => setTimeout(() => resolve('hung'), WAKE_CEILING_MS)),
       ])
       expect(outcome).toBe('started')
-      expect(performance.now() - started).toBeLessThan(3000)
       expect(relay.listening).toBe(false)
       await enqueueOne('polled')
       await waitFor(() => sink.requests.length === 1, 'delivery by polling')

@@ -12,7 +12,7 @@ beforeAll(async () => {
   server = await startPostgres()
   db = openKysely(server.url())
   await migrate(db)
-}, 60_000)
+}, 120_000)
 
 afterAll(async () => {
   await db?.destroy()

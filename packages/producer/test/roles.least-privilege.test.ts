@@ -92,7 +92,7 @@ beforeAll(async () => {
   sink = await startSink((request) =>
     request.json.type === 'order.rejected' ? { status: 422, body: 'no' } : { status: 200 },
   )
-}, 60_000)
+}, 120_000)
 
 afterAll(async () => {
   await sink?.close()

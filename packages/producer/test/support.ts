@@ -29,11 +29,14 @@ export async function seedEvents(
   }
 }
 
-/** Polls until `check` returns true or `timeoutMs` passes; throws with `what` on time-out. */
+/**
+ * Polls until `check` returns true or `timeoutMs` passes; throws with `what` on time-out. The default ceiling is
+ * generous: it catches a condition that never comes, and a loaded machine must not reach it.
+ */
 export async function waitFor(
   check: () => boolean | Promise<boolean>,
   what: string,
-  timeoutMs = 15_000,
+  timeoutMs = 60_000,
 ): Promise<void> {
   const start = Date.now()
   while (!(await check())) {
