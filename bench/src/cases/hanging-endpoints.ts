@@ -95,10 +95,8 @@ async function startBadEndpoints(count: number, badness: Badness) {
     /** Bytes the endpoints wrote, counted as their connections close (all of them, once closed). */
     bytesSent: () => bytesSent,
     async close() {
-      for (const socket of sockets) {
-        bytesSent += socket.bytesWritten
-        socket.destroy()
-      }
+      // Each socket's bytes are counted by its 'close' listener, which fires before the servers report closed.
+      for (const socket of sockets) socket.destroy()
       await Promise.all(
         servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))),
       )
@@ -221,11 +219,17 @@ export async function hangingEndpoints(ctx: BenchContext): Promise<CaseResult> {
   const events = (ctx.quick ? 6 : 30) * RATE_PER_SECOND
   const random = seededRandom(ctx.seed)
   const stream = Array.from({ length: events }, () => String(Math.floor(random() * AGGREGATES)))
-  const setUps = (['hang', '500'] as const).flatMap((badness) =>
-    BAD_COUNTS.map((count) => ({ badness, count })),
-  )
-  const label = (setUp: (typeof setUps)[number]) =>
-    `beside ${setUp.count} ${setUp.badness === 'hang' ? 'hanging' : 'answering 500'}`
+  const setUps: { readonly badness: Badness; readonly count: number }[] = [
+    ...(['hang', '500'] as const).flatMap((badness) => BAD_COUNTS.map((count) => ({ badness, count }))),
+    { badness: 'endless', count: 4 },
+    { badness: 'endless', count: 16 },
+  ]
+  const described: Record<Badness, string> = {
+    hang: 'hanging',
+    '500': 'answering 500',
+    endless: 'answering 200 with an endless body',
+  }
+  const label = (setUp: (typeof setUps)[number]) => `beside ${setUp.count} ${described[setUp.badness]}`
   const alone: Run[] = []
   const beside = new Map<string, Run[]>(setUps.map((setUp) => [label(setUp), []]))
   const template = await ctx.databases.create(
