@@ -9,7 +9,7 @@
  * 2. **Failing subscriptions hold at most a quarter of the slots together** ({@link failingQuota}, at least one): a
  *    failing subscription starts a request only while all failing ones together have fewer in flight. Failing means
  *    its endpoint's last answer to this relay was a 5xx, 408, timeout or network error, or a request to it has gone
- *    unanswered for a while (`SLOW_REQUEST_MS` in the lane worker), or its failure streak in PostgreSQL — written by
+ *    unanswered for a while (`slowRequestMs` in the lane worker: a quarter of its timeout, at most 1 s), or its failure streak in PostgreSQL — written by
  *    every relay, so a restarted one knows too — is above zero. A 2xx puts it back in good standing.
  * 3. **The subscriptions in good standing share the rest**: `concurrency`, less the failing quota while a failing
  *    subscription is busy. One of them starts a request while they hold fewer than that together and it holds fewer

@@ -35,7 +35,7 @@ export class SubscriptionTargets {
   #open = new Set<string>()
   /** The subscriptions whose endpoint's last answer, or record in PostgreSQL, says it fails or times out. */
   #failing = new Set<string>()
-  /** Requests per subscription unanswered for longer than the lane worker's `SLOW_REQUEST_MS`. */
+  /** Requests per subscription unanswered for longer than the lane worker's `slowRequestMs`. */
   readonly #unanswered = new Map<string, number>()
   /** Subscriptions whose backfill runs, with their names: copied for by this relay, not served. */
   #backfilling: ReadonlyMap<string, string> = new Map()
