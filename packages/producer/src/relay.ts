@@ -56,14 +56,6 @@ const STOP_GRACE_MS = 2000
  */
 const SCAN_ROWS_PER_LANE = 8
 
-/**
- * How long a subscription still counts as busy after it last held a lane, when the relay shares its slots (see
- * `slot-rule.ts`). A subscription with a steady trickle of events holds no lane for moments between them;
- * forgetting it then would hand its share to a slow or backlogged subscription, whose lanes keep a slot for a whole
- * request (2 s on a slow endpoint) — and the trickle's next event would wait for one of them.
- */
-const BUSY_MEMORY_MS = 1000
-
 /** How many of `claimed` belong to a subscription. */
 function lanesOf(claimed: readonly ClaimedLane[], subscriptionId: string): number {
   let count = 0
@@ -729,18 +721,23 @@ export class Relay {
 
   /**
    * What the slot rule (`slot-rule.ts`) sees now: every served subscription's lanes in delivery and held, whether it
-   * is busy (holds lanes, or held one less than {@link BUSY_MEMORY_MS} ago) and whether its endpoint is failing.
-   * The failing ones come least recently served first, so the claim room their quota allows rotates between them.
+   * is busy (holds lanes) and whether its endpoint is failing. The failing ones come least recently served first, so
+   * the claim room their quota allows rotates between them.
+   *
+   * Busy means holding lanes now. A subscription with a steady trickle of events holds none between them; it once
+   * counted as busy for a second after, so that a slow or backlogged subscription could not take its share meanwhile.
+   * The rule's first clause now keeps its next event from waiting (its first request always starts), and counting
+   * every trickle as a sharer starved a busy subscription: sixteen subscriptions with 3 events a second each held a
+   * 200-events-a-second one to a sixteenth of the slots.
    */
   #picture(): SlotPicture {
-    const now = this.#runtime.clock.now()
     const subscriptions = this.#targets.served().map((id) => {
       const lastHeldAt = this.#lastHeldAt.get(id) ?? Number.NEGATIVE_INFINITY
       return {
         id,
         active: this.#activeBySubscription.get(id) ?? 0,
         held: this.#held.get(id) ?? 0,
-        busy: this.#held.has(id) || now - lastHeldAt < BUSY_MEMORY_MS,
+        busy: this.#held.has(id),
         failing: this.#targets.failing(id),
         lastHeldAt,
       }
