@@ -1,5 +1,3 @@
-import { createServer, type IncomingMessage, type Server } from 'node:http'
-import type { AddressInfo, Socket } from 'node:net'
 import {
   createSubscription,
   disableSubscription,
@@ -10,6 +8,8 @@ import {
 } from '@outbox/producer'
 import { openKysely } from '@outbox/test-harness'
 import type { Kysely } from 'kysely'
+import type { Badness } from '../support/bad-endpoints.js'
+import { spawnBadEndpoints } from '../support/bad-endpoints-process.js'
 import type { BenchContext } from '../support/context.js'
 import type { OrderReport } from '../support/order-tracker.js'
 import { installOutbox } from '../support/outbox.js'
@@ -30,15 +30,6 @@ const BAD_PER_SECOND = 3
 /** How many bad subscriptions stand beside the healthy one. */
 const BAD_COUNTS = [4, 16, 64] as const
 
-/**
- * What the bad endpoints do: accept the connection and never answer; answer 500 at once; or answer 200 and then
- * stream a body that never ends.
- */
-type Badness = 'hang' | '500' | 'endless'
-
-/** Endless bodies are written in chunks of this size, as fast as the reader takes them. */
-const ENDLESS_CHUNK = Buffer.alloc(16 * 1024, 'x')
-
 /** One run, as the healthy subscription saw it. */
 interface Run {
   /** Deliveries per second from the first failure of a bad endpoint on (from the stream's start when alone). */
@@ -53,55 +44,6 @@ interface Run {
   /** Bytes the bad endpoints wrote (what the relay had to read or cut off), per request to them. */
   readonly badBytesPerRequest: number
   readonly order: OrderReport
-}
-
-/** `count` loopback endpoints, each its own server (another customer's host): hanging, or answering 500 at once. */
-async function startBadEndpoints(count: number, badness: Badness) {
-  const servers: Server[] = []
-  const sockets = new Set<Socket>()
-  let requests = 0
-  let bytesSent = 0
-  for (let n = 0; n < count; n++) {
-    const server = createServer((req: IncomingMessage, res) => {
-      requests += 1
-      req.resume()
-      if (badness === '500') req.on('end', () => res.writeHead(500).end('{"title":"down"}'))
-      if (badness === 'endless') {
-        req.on('end', () => {
-          res.writeHead(200, { 'content-type': 'application/json' })
-          res.write('{"status":"applied","padding":"')
-          const pour = () => {
-            while (!res.destroyed && res.write(ENDLESS_CHUNK)) {}
-          }
-          res.on('drain', pour)
-          pour()
-        })
-      }
-      // A hanging endpoint reads the request and never answers.
-    })
-    server.on('connection', (socket) => {
-      sockets.add(socket)
-      socket.on('close', () => {
-        sockets.delete(socket)
-        bytesSent += socket.bytesWritten
-      })
-    })
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-    servers.push(server)
-  }
-  return {
-    urls: servers.map((server) => `http://127.0.0.1:${(server.address() as AddressInfo).port}/hooks`),
-    requests: () => requests,
-    /** Bytes the endpoints wrote, counted as their connections close (all of them, once closed). */
-    bytesSent: () => bytesSent,
-    async close() {
-      // Each socket's bytes are counted by its 'close' listener, which fires before the servers report closed.
-      for (const socket of sockets) socket.destroy()
-      await Promise.all(
-        servers.map((server) => new Promise<void>((resolve) => server.close(() => resolve()))),
-      )
-    },
-  }
 }
 
 /** Enqueues `bad.ping` events at `perSecond` (fanned out to every bad subscription) until `stop` says so. */
@@ -133,7 +75,8 @@ async function runOnce(
       receivedAt[body.data.n] = at
     },
   })
-  const bad = setUp ? await startBadEndpoints(setUp.count, setUp.badness) : undefined
+  // In a process of their own, as another customer's hosts are: an endless body's writing costs them, not us.
+  let bad = setUp ? await spawnBadEndpoints(setUp.count, setUp.badness) : undefined
   const relayDb = openKysely(url, { max: 10 })
   const producerDb = openKysely(url, { max: 8 })
   let relay: Relay | undefined
@@ -182,15 +125,16 @@ async function runOnce(
       if (committed >= from) latenciesAfter.push(received - committed)
     }
     await relay.stop({ timeoutMs: 200 })
-    await bad?.close()
-    const badRequests = bad?.requests() ?? 0
+    const sent = (await bad?.stop()) ?? { requests: 0, bytesSent: 0 }
+    bad = undefined
+    const badRequests = sent.requests
     return {
       throughput: after / ((last - from) / 1000),
       p99: percentile(latenciesAfter, 99),
       maxWait,
       firstFailureMs: firstFailureAt === 0 ? 0 : firstFailureAt - t0,
       badRequests,
-      badBytesPerRequest: badRequests === 0 ? 0 : (bad?.bytesSent() ?? 0) / badRequests,
+      badBytesPerRequest: badRequests === 0 ? 0 : sent.bytesSent / badRequests,
       order: healthy.tracker.report(capped),
     }
   } finally {
@@ -199,7 +143,7 @@ async function runOnce(
     await relayDb.destroy()
     await producerDb.destroy()
     await healthy.close()
-    await bad?.close()
+    await bad?.stop()
     await ctx.databases.drop(name)
   }
 }
