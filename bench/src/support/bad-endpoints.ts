@@ -7,8 +7,9 @@ import type { AddressInfo, Socket } from 'node:net'
  */
 export type Badness = 'hang' | '500' | 'endless'
 
-/** Endless bodies are written in chunks of this size, as fast as the reader takes them. */
-const ENDLESS_CHUNK = Buffer.alloc(16 * 1024, 'x')
+/** Endless bodies are written in chunks of this size, one every {@link ENDLESS_PACE_MS}. */
+const ENDLESS_CHUNK = Buffer.alloc(64 * 1024, 'x')
+const ENDLESS_PACE_MS = 10
 
 /** Loopback endpoints that misbehave (see {@link startBadEndpoints}). */
 export interface BadEndpoints {
@@ -35,10 +36,14 @@ export async function startBadEndpoints(count: number, badness: Badness): Promis
         req.on('end', () => {
           res.writeHead(200, { 'content-type': 'application/json' })
           res.write('{"status":"applied","padding":"')
+          // A chunk every few milliseconds, for ever: endless, at a pace a remote host sends (6.4 MB/s). Poured as fast
+          // as loopback takes it, the bytes it leaves in the kernel's socket buffers (megabytes per request) cost this
+          // machine's two cores, which the relay under test shares; a remote endpoint's pouring costs only its host.
           const pour = () => {
-            while (!res.destroyed && res.write(ENDLESS_CHUNK)) {}
+            if (res.destroyed) return
+            res.write(ENDLESS_CHUNK)
+            setTimeout(pour, ENDLESS_PACE_MS)
           }
-          res.on('drain', pour)
           pour()
         })
       }
