@@ -243,15 +243,30 @@ export async function hangingEndpoints(ctx: BenchContext): Promise<CaseResult> {
         ),
       ]),
     ],
-    comparisons: [...beside].flatMap(([name, runs]) => [
-      compare(`healthy throughput ${name} ÷ alone`, med(runs, 'throughput'), med(alone, 'throughput'), {
-        min: 0.9,
-      }),
-      compare(`healthy p99 ${name} ÷ alone`, med(runs, 'p99'), med(alone, 'p99'), { max: 2 }),
-      compare(`healthy longest wait ${name} ÷ requestTimeoutMs`, med(runs, 'maxWait'), requestTimeoutMs, {
-        max: 1,
-      }),
-    ]),
+    // The targets are for endpoints that hang or answer 500; beside endless answers the ratios are reported.
+    comparisons: [...beside].flatMap(([name, runs]) => {
+      const targeted = !name.includes('endless')
+      return [
+        compare(
+          `healthy throughput ${name} ÷ alone`,
+          med(runs, 'throughput'),
+          med(alone, 'throughput'),
+          targeted ? { min: 0.9 } : {},
+        ),
+        compare(
+          `healthy p99 ${name} ÷ alone`,
+          med(runs, 'p99'),
+          med(alone, 'p99'),
+          targeted ? { max: 2 } : {},
+        ),
+        compare(
+          `healthy longest wait ${name} ÷ requestTimeoutMs`,
+          med(runs, 'maxWait'),
+          requestTimeoutMs,
+          targeted ? { max: 1 } : {},
+        ),
+      ]
+    }),
     notes: [
       `one in-process relay, concurrency ${CONCURRENCY}, requestTimeoutMs ${requestTimeoutMs}, LISTEN on, default endpoint breaker; ${events} healthy events over ${AGGREGATES} aggregates; each bad subscription gets ${BAD_PER_SECOND} events/s, each bad endpoint is a server of its own`,
       'throughput and p99 count from the first failure of a bad endpoint (its first timeout, or first 500) on; the longest wait counts from the relay’s start',
