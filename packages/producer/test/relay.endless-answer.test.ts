@@ -36,6 +36,11 @@ function countBytesRead(onTestFinished: TestContext['onTestFinished']) {
   return { requests: () => [...read.values()] }
 }
 
+/** A relay delivering one schema's events to `url`, with the given request timeout. */
+function endpointRelay(schema: string, url: string, requestTimeoutMs: number): Relay {
+  return new Relay({ db: t.db, schema, endpoint: url, requestTimeoutMs, logger: silentLogger })
+}
+
 /** A schema of the test's own, so no event another test left pending is claimed by this one's relay. */
 async function freshSchema(name: string): Promise<string> {
   await migrate(t.db, { schema: name })
@@ -59,13 +64,7 @@ describe('an endless answer', () => {
     const hooks = await endpoint(onTestFinished, { status: 200, chunkBytes: 4096, intervalMs: 20 })
     const schema = await freshSchema('endless_ok')
     await seedEvents(t.db, ['endless'], 2, { schema })
-    const relay = new Relay({
-      db: t.db,
-      schema,
-      endpoint: hooks.url,
-      requestTimeoutMs: 2000,
-      logger: silentLogger,
-    })
+    const relay = endpointRelay(schema, hooks.url, 2000)
     const result = await relay.runOnce()
     await waitFor(
       () => hooks.answers.length > 0 && hooks.answers.every((a) => a.closed),
@@ -97,13 +96,7 @@ describe('an endless answer', () => {
     })
     const schema = await freshSchema('endless_500')
     await seedEvents(t.db, ['firehose'], 1, { schema })
-    const relay = new Relay({
-      db: t.db,
-      schema,
-      endpoint: hooks.url,
-      requestTimeoutMs: 2000,
-      logger: silentLogger,
-    })
+    const relay = endpointRelay(schema, hooks.url, 2000)
     const result = await relay.runOnce()
     await waitFor(() => hooks.answers[0]?.closed === true, 'the answer closed')
     // Without pacing the kernel's socket buffers also hold bytes the relay never read: a loose bound, still far below
@@ -130,13 +123,7 @@ describe('an endless answer', () => {
     })
     const schema = await freshSchema('endless_trickle')
     await seedEvents(t.db, ['trickle'], 1, { schema })
-    const relay = new Relay({
-      db: t.db,
-      schema,
-      endpoint: hooks.url,
-      requestTimeoutMs: 500,
-      logger: silentLogger,
-    })
+    const relay = endpointRelay(schema, hooks.url, 500)
     expect(await relay.runOnce()).toEqual({ delivered: 1, failed: 0, dead: 0 })
     // The kept bytes are not complete JSON: no consumer status to report.
     expect(await rows(schema)).toMatchObject([
