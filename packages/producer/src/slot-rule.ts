@@ -167,7 +167,7 @@ export function shouldYield(picture: SlotPicture, id: string, waiting: readonly 
  * an even share among the busy ones in good standing of what the failing ones' quota leaves (while any of them is
  * busy), with one share kept for the idle ones while there are any (a subscription not busy yet is counted as if it
  * joined the busy ones). The failing ones together hold at most twice their slot quota (claimed ahead as the others are), handed
- * out in the picture's order, so the caller rotates it.
+ * out in the picture's order, so the caller rotates it, and in batches: none while they hold more than half of it.
  */
 export function claimRooms(picture: SlotPicture, capacity: number): { id: string; room: number }[] {
   const { subscriptions, concurrency } = picture
@@ -193,7 +193,10 @@ export function claimRooms(picture: SlotPicture, capacity: number): { id: string
   const failingLimit = Math.ceil((capacity * failingQuota(concurrency)) / concurrency)
   // Each failing subscription's part of that: an even split (at least one lane), so the first does not take it all.
   const failingEach = Math.max(1, Math.ceil(failingLimit / Math.max(1, failingCount)))
-  let failingLeft = Math.max(0, failingLimit - failingHeld)
+  // Refilled in batches: once the failing ones hold at most half their limit, then up to the limit. Offered room at
+  // every lane they finish, each claim would carry them — a claim over many subscriptions costs several times one
+  // over a single subscription — and a failing endpoint answering at once finishes lanes as fast as it gets them.
+  let failingLeft = failingHeld > Math.floor(failingLimit / 2) ? 0 : Math.max(0, failingLimit - failingHeld)
   return subscriptions.map((sub) => {
     if (sub.failing) {
       const room = Math.max(0, Math.min(failingLeft, failingEach - sub.held))

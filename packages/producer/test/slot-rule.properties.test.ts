@@ -208,6 +208,26 @@ describe('the slot rule', () => {
     )
   })
 
+  it('claim room: the failing ones are refilled in batches, once they hold at most half their room, and then always', () => {
+    fc.assert(
+      fc.property(picture, (p) => {
+        const failing = p.subscriptions.filter((sub) => sub.failing)
+        if (p.subscriptions.length === 1 || failing.length === 0) return
+        const capacity = 2 * p.concurrency
+        const limit = Math.ceil((capacity * failingQuota(p.concurrency)) / p.concurrency)
+        const failingHeld = failing.reduce((sum, sub) => sum + sub.held, 0)
+        const failingRoom = claimRooms(p, capacity)
+          .filter((room) => failing.some((sub) => sub.id === room.id))
+          .reduce((sum, room) => sum + room.room, 0)
+        if (failingHeld > Math.floor(limit / 2)) expect(failingRoom).toBe(0)
+        // Liveness: with half their room free, the failing ones are offered some of it (each holding fewer than its
+        // even part of it, at least one lane, may be offered the rest).
+        else if (failing.some((sub) => sub.held < Math.max(1, Math.ceil(limit / failing.length))))
+          expect(failingRoom).toBeGreaterThan(0)
+      }),
+    )
+  })
+
   it('claim room: a subscription in good standing holding nothing is always offered room', () => {
     fc.assert(
       fc.property(picture, fc.nat(), (p, pick) => {
