@@ -26,6 +26,7 @@ const FROZEN: Readonly<Record<string, string>> = {
   '0018_read_by_key': '2c2eca0131465937b145663783dead02370a9994525ac3b7fe2e4208dd83075b',
   '0019_isolated_takeovers': 'add442e6dff3c708738afd385ece26566ef97893d3a6408bbd4d17cd54a5d2b2',
   '0020_revoke_public_execute': 'c53d1ac0d26d0f44273d53d7eb59a6467cc7f8badcf2daddf096d5975db2571e',
+  '0021_inline_type_match': 'b7222cac021410ed78915454510efeae959508051e4a249f3930324e18360360',
 }
 
 describeFrozenMigrations(

@@ -49,6 +49,7 @@ const PRODUCER_MIGRATIONS = [
   '0018_read_by_key',
   '0019_isolated_takeovers',
   '0020_revoke_public_execute',
+  '0021_inline_type_match',
 ]
 
 /** Drops every overload of a schema's function, as a schema that an older release made lacks them. */

@@ -18,6 +18,7 @@ import { migration0017 } from './0017-single-subscription-claim.js'
 import { migration0018 } from './0018-read-by-key.js'
 import { migration0019 } from './0019-isolated-takeovers.js'
 import { migration0020 } from './0020-revoke-public-execute.js'
+import { migration0021 } from './0021-inline-type-match.js'
 
 /** One migration of the producer schema: the name the migrator records, and its full SQL text. */
 export interface ProducerMigration {
@@ -58,4 +59,5 @@ export const producerMigrations: readonly ProducerMigration[] = [
   { name: '0018_read_by_key', sql: migration0018 },
   { name: '0019_isolated_takeovers', sql: migration0019 },
   { name: '0020_revoke_public_execute', sql: migration0020 },
+  { name: '0021_inline_type_match', sql: migration0021 },
 ]

@@ -1,4 +1,4 @@
-// outbox_insert_deliveries — body in force: migration 0008.
+// outbox_insert_deliveries — body in force: migration 0021 (0008's, its type match written out).
 import { sql, type Transaction } from 'kysely'
 import type { ValidatedEvent } from '../event-input.js'
 import { withCurrentSchema } from '../schema-outdated.js'
