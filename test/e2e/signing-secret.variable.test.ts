@@ -139,6 +139,7 @@ describe('the signing secret’s name across the repository', () => {
     })
       .split('\n')
       .filter((path) => path !== '' && !/(^|\/)(node_modules|dist)\//.test(path))
+      .filter((path) => path !== 'CHANGELOG.md') // the one place that names the old variable, on purpose
       .filter((path) => /\.(ts|mts|cts|js|mjs|md|json|ya?ml|service|sh)$|(^|\/)(Dockerfile|run)$/.test(path))
     expect(files.length).toBeGreaterThan(100)
     const offenders = files.filter((path) => {
