@@ -23,7 +23,7 @@ import {
 } from '@outbox/producer'
 import { findChromium, requires, type Sink, startSink, useTestDatabase } from '@outbox/test-harness'
 import express from 'express'
-import { type Browser, chromium, type Page } from 'playwright-core'
+import { type Browser, chromium, type Locator, type Page } from 'playwright-core'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 
 /** Chromium where the machine has one (`CHROMIUM_PATH`, then the usual install paths); else the suite is skipped. */
@@ -33,6 +33,9 @@ const TOKEN = 'browser-suite-token-0123456789'
 const SCREENSHOTS = process.env.UPDATE_SCREENSHOTS === '1'
 const DOCS = fileURLToPath(new URL('../../packages/console/docs/', import.meta.url))
 const SCRIPT_BODY = '<script>window.__pwned=1</script>'
+const DESKTOP = { width: 1280, height: 800 }
+/** An iPhone's viewport in CSS pixels: the width an operator on call reads the console at. */
+const PHONE = { width: 375, height: 812 }
 
 let browser: Browser
 let page: Page
@@ -46,6 +49,8 @@ const sinks: Sink[] = []
 /** The shop's subscriber fails `order.poison` while this is true. */
 let shopRejectsPoison = true
 const cspViolations: string[] = []
+/** Subscription ids by name. */
+const subscriptionIds = new Map<string, string>()
 
 async function enqueueEvent(eventType: string, aggregateId: string, payload: Record<string, unknown> = {}) {
   return t.db
@@ -62,6 +67,31 @@ function listen(app: express.Express): Promise<ReturnType<express.Express['liste
 /** The text of a figure on the overview (`data-figure`), e.g. pending. */
 function figure(name: string) {
   return page.locator(`main [data-figure="${name}"]`)
+}
+
+/**
+ * The width, in CSS pixels, that a table's column `header` leaves for the text of its cell in `row` (the cell's inner
+ * width, without its padding, which holds the column's label on a narrow screen).
+ */
+async function columnTextWidth(table: string, header: string, row: Locator): Promise<number> {
+  const headers = await page.locator(`main table.${table} thead th`).allTextContents()
+  const index = headers.indexOf(header)
+  expect(index, `${header} in ${headers.join(', ')}`).toBeGreaterThanOrEqual(0)
+  return row
+    .locator('td')
+    .nth(index)
+    .evaluate((cell) => {
+      const style = (globalThis as any).getComputedStyle(cell)
+      return cell.clientWidth - Number.parseFloat(style.paddingLeft) - Number.parseFloat(style.paddingRight)
+    })
+}
+
+/** Whether the page is wider than the window: something makes the reader scroll sideways. */
+function scrollsSideways(): Promise<boolean> {
+  return page.evaluate(() => {
+    const root = (globalThis as any).document.documentElement
+    return root.scrollWidth > root.clientWidth
+  })
 }
 
 /** The overview row of one subscription. */
@@ -84,8 +114,11 @@ withChromium.describe('the console in Chromium', () => {
         : { status: 200, body: { status: 'applied' } },
     )
     sinks.push(shop, flaky, ordered)
-    await createSubscription(t.db, { name: 'shop', url: shop.url, eventTypes: ['order.*'] })
-    await createSubscription(t.db, { name: 'flaky', url: flaky.url, eventTypes: ['flaky.*'] })
+    const created = [
+      await createSubscription(t.db, { name: 'shop', url: shop.url, eventTypes: ['order.*'] }),
+      await createSubscription(t.db, { name: 'flaky', url: flaky.url, eventTypes: ['flaky.*'] }),
+    ]
+    subscriptionIds.set('shop', created[0]!.id).set('flaky', created[1]!.id)
     await createSubscription(t.db, {
       name: 'ordered',
       url: ordered.url,
@@ -123,7 +156,7 @@ withChromium.describe('the console in Chromium', () => {
         '--disable-sync',
       ],
     })
-    page = await browser.newPage({ viewport: { width: 1280, height: 800 } })
+    page = await browser.newPage({ viewport: DESKTOP })
     page.setDefaultTimeout(15_000)
     page.on('console', (message) => {
       if (/Content Security Policy/i.test(message.text())) cspViolations.push(message.text())
@@ -205,6 +238,44 @@ withChromium.describe('the console in Chromium', () => {
     await expect.poll(() => page.locator('main table.dead-letters tbody tr').count()).toBe(2)
     await expect.poll(() => page.locator('main .error-text').first().textContent()).toContain(SCRIPT_BODY)
     expect(await page.evaluate(() => typeof (globalThis as any).__pwned)).toBe('undefined')
+  })
+
+  it('at phone width, a failure’s and a dead letter’s error get the screen’s width, not a sliver of it', async () => {
+    await page.setViewportSize(PHONE)
+    try {
+      await page.goto(`${base}/`)
+      await expect.poll(() => row('flaky').locator('.failure').textContent()).toBe('HTTP 500')
+      // Measured on the table as it was, one column per field: 52 px for "Last failure" at this width.
+      expect(await columnTextWidth('subscriptions', 'Last failure', row('flaky'))).toBeGreaterThan(
+        PHONE.width / 2,
+      )
+      expect(await scrollsSideways()).toBe(false)
+
+      await page.goto(`${base}/dead-letters?subscription=${subscriptionIds.get('flaky')}`)
+      const dead = page.locator('main table.dead-letters tbody tr').first()
+      await expect.poll(() => dead.locator('.error-text').textContent()).toContain(SCRIPT_BODY)
+      expect(await columnTextWidth('dead-letters', 'Last error', dead)).toBeGreaterThan(PHONE.width / 2)
+      expect(await scrollsSideways()).toBe(false)
+    } finally {
+      await page.setViewportSize(DESKTOP)
+    }
+    // At a desk the tables keep their columns.
+    await page.goto(`${base}/`)
+    expect(await page.locator('main table.subscriptions thead').isVisible()).toBe(true)
+  })
+
+  it('names the subscriptions of an event’s delivery log, their ids at hand', async () => {
+    const flakyId = subscriptionIds.get('flaky')!
+    const [dead] = (await listDeadLetters(t.db)).filter((letter) => letter.subscriptionId === flakyId)
+    await page.goto(`${base}/events/${dead!.eventId}`)
+    const log = page.locator('main pre.log')
+    await expect.poll(() => log.textContent()).toContain('subscription flaky')
+    expect(await log.textContent()).not.toContain(flakyId)
+    expect(await log.locator('.subscription').first().getAttribute('title')).toBe(flakyId)
+    await expect
+      .poll(() => page.locator('main .subscription-ids').textContent())
+      .toContain(`flaky: ${flakyId}`)
+    expect(await page.locator('main section.dead h2').textContent()).toBe('Dead letter in flaky')
   })
 
   it('finds a dead letter by filter and redrives it from the page: delivered', async () => {

@@ -12,7 +12,7 @@ interface LambdaUrlEvent {
 }
 
 const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool({ max: 1 }) }) })
-const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
 const receive = consumer.handle(async (event, trx) => {
   await trx.insertInto('audit_log').values({ event_id: event.eventId, type: event.type }).execute()
 })

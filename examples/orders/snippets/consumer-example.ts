@@ -15,7 +15,7 @@ await migrate(db)
 
 const { dedupe } = createConsumer({
   db,
-  secret: process.env.WEBHOOK_SECRET, // 'whsec_…', or [new, old] while rotating
+  secret: process.env.OUTBOX_SECRET, // 'whsec_…', or [new, old] while rotating
   sequence: 'monotonic',
 })
 

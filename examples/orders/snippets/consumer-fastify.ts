@@ -6,7 +6,7 @@ import Fastify from 'fastify'
 import { Kysely, PostgresDialect } from 'kysely'
 
 const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
-const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
 
 const app = Fastify()
 // Encapsulated: the plugin reads its own route's raw body; the JSON parser of every other route is untouched.

@@ -10,7 +10,7 @@ interface Database {
 }
 
 const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: createPool() }) })
-const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
 
 // (request: Request) => Promise<Response>: Hono, Next.js route handlers (`export const POST = …`), Bun and Deno
 // mount it as it is. The third argument of the handler is the web Request.

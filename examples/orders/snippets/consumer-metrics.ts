@@ -6,7 +6,7 @@ import { Kysely, PostgresDialect } from 'kysely'
 import { Registry } from 'prom-client'
 
 const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
-const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, source: 'billing' })
+const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET, source: 'billing' })
 
 const register = new Registry()
 await consumerMetrics(consumer, { register }) // outbox_consumer_receipts_total, …_duration_seconds

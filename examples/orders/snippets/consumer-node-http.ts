@@ -5,7 +5,7 @@ import { createConsumer, createPool } from '@outbox/consumer'
 import { Kysely, PostgresDialect } from 'kysely'
 
 const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
-const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
 
 // (req, res) => void; the handler's third argument is the IncomingMessage.
 const onWebhook = consumer.node(async (event, trx) => {

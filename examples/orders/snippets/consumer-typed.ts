@@ -18,7 +18,7 @@ interface Database {
 const db = new Kysely<Database>({ dialect: new PostgresDialect({ pool: createPool() }) })
 const consumer = createConsumer<Database, OrderEvents>({
   db,
-  secret: process.env.WEBHOOK_SECRET,
+  secret: process.env.OUTBOX_SECRET,
   // Optional, checked at run time: a payload that fails is answered 422 invalid_payload and recorded nowhere.
   schemas: {
     'order.created': z.object({ order_id: z.string().uuid(), total_cents: z.number().int().nonnegative() }),

@@ -1,4 +1,7 @@
-/** The code of packages/protocol/README.md, region by region: type-checked in CI, never run. */
+/**
+ * The receiving code of packages/protocol/README.md, region by region: type-checked in CI, never run (the sending
+ * example is protocol-send.ts, which a test runs).
+ */
 import type { IncomingMessage } from 'node:http'
 
 declare const rawBody: Uint8Array // the request's exact bytes
@@ -19,12 +22,12 @@ const body = serializeEnvelope(event) // the exact bytes to sign and send, field
 // #endregion envelope
 
 // #region signatures
-import { checkSignatureHeaders, parseSigningSecrets, signWebhook, verifyWebhook } from '@outbox/protocol'
+import { checkSignatureHeaders, parseSigningSecrets, verifyWebhook } from '@outbox/protocol'
 
-const keys = parseSigningSecrets([process.env.NEW_SECRET!, process.env.OLD_SECRET!]) // 'whsec_' + ≥ 24 bytes base64
-const headers = signWebhook(keys, { eventId: event.eventId, body }) // one v1 signature per key
+// One secret, or during a rotation each that may sign: 'whsec_new,whsec_old', as `outbox relay` reads it.
+const keys = parseSigningSecrets((process.env.OUTBOX_SECRET ?? '').split(','))
 
 const early = checkSignatureHeaders(req.headers) // before reading the body: a reason to refuse, or undefined
 const check = verifyWebhook(keys, req.headers, rawBody) // { ok: true } or { ok: false, reason }
 // #endregion signatures
-console.log(headers, early, check)
+console.log(body, early, check)

@@ -5,7 +5,7 @@
  * is held by one relay at a time.
  *
  * Run it alone:
- *   DATABASE_URL=postgres://…/orders SUBSCRIBER_URL=http://127.0.0.1:3001/hooks WEBHOOK_SECRET=whsec_… \
+ *   DATABASE_URL=postgres://…/orders SUBSCRIBER_URL=http://127.0.0.1:3001/hooks OUTBOX_SECRET=whsec_… \
  *     METRICS_PORT=9464 pnpm --filter @outbox/example-orders relay
  */
 import {
@@ -106,7 +106,7 @@ async function main(): Promise<void> {
       db,
       databaseUrl,
       endpoint,
-      secret: process.env.WEBHOOK_SECRET || undefined,
+      secret: process.env.OUTBOX_SECRET || undefined,
       metrics: { register },
     })
     await relay.start()

@@ -3,10 +3,10 @@
  * It mounts `dedupe(handler)` from `@outbox/consumer`, which turns the relay's at-least-once deliveries into
  * changes applied exactly once and, per order, in sequence order.
  *
- *   POST /hooks       the relay's webhooks (Standard Webhooks, signed with WEBHOOK_SECRET)
+ *   POST /hooks       the relay's webhooks (Standard Webhooks, signed with OUTBOX_SECRET)
  *   GET /orders/:id   this service's copy of an order
  *
- * Run it alone: DATABASE_URL=postgres://… PORT=3001 WEBHOOK_SECRET=whsec_… pnpm --filter
+ * Run it alone: DATABASE_URL=postgres://… PORT=3001 OUTBOX_SECRET=whsec_… pnpm --filter
  * @outbox/example-orders subscriber
  */
 import { createConsumer, createPool, type Logger, migrate } from '@outbox/consumer'
@@ -181,11 +181,11 @@ async function main(): Promise<void> {
   const db = new Kysely<SubscriberDatabase>({ dialect: new PostgresDialect({ pool }) })
   try {
     await migrateSubscriber(db)
-    const secret = process.env.WEBHOOK_SECRET || undefined
+    const secret = process.env.OUTBOX_SECRET || undefined
     const allowUnsigned = process.env.ALLOW_UNSIGNED === '1'
     if (secret === undefined && !allowUnsigned) {
       throw new Error(
-        "set WEBHOOK_SECRET to the relay's whsec_… secret, or ALLOW_UNSIGNED=1 to accept unsigned webhooks on a closed network",
+        "set OUTBOX_SECRET to the relay's whsec_… secret, or ALLOW_UNSIGNED=1 to accept unsigned webhooks on a closed network",
       )
     }
     const app = createSubscriberApp({ db, secret, allowUnsigned })

@@ -34,7 +34,8 @@
       existing.setData(data)
       return
     }
-    const width = Math.max(420, Math.min(720, element.clientWidth || 420))
+    // Its box's width (420 px at a desk; the screen's on a phone, where console.css lets it shrink).
+    const width = Math.max(240, Math.min(720, element.clientWidth || 420))
     charts.set(
       id,
       new uPlot(

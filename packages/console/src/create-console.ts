@@ -444,11 +444,18 @@ export function createConsole(options: ConsoleOptions): OutboxConsole {
       return
     }
     const subscriptionId = field(request.query, 'subscription')
-    const { dead, attempts } = await read(async (trx) => ({
+    const { dead, attempts, subscriptions } = await read(async (trx) => ({
       dead: await getDeadLetter(trx, { eventId, subscriptionId, schema }),
       attempts: await listDeliveryAttempts(trx, { eventId, limit: 200, schema }),
+      // The log holds ids; an operator knows subscriptions by name.
+      subscriptions: await listSubscriptions(trx, { schema }),
     }))
-    res.type('html').send(eventPage(context(request), { eventId, dead: dead ? [dead] : [], attempts }))
+    const subscriptionNames = new Map(
+      subscriptions.map((subscription) => [subscription.id, subscription.name]),
+    )
+    res
+      .type('html')
+      .send(eventPage(context(request), { eventId, dead: dead ? [dead] : [], attempts, subscriptionNames }))
   })
 
   router.get('/audit', async (request, res) => {

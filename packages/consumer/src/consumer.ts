@@ -42,7 +42,7 @@ export interface AdapterOptions<TReq> {
  * import { Kysely, PostgresDialect } from 'kysely'
  *
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
- * const consumer: Consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const consumer: Consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
  * const onEvent = consumer.dedupe(async (event) => console.log(event.type, event.sequence))
  * ```
  */
@@ -149,7 +149,7 @@ function checkAdapterOptions(options: AdapterOptions<unknown> | undefined, metho
  * import { Kysely, PostgresDialect } from 'kysely'
  *
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
- * const { dedupe } = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, sequence: 'monotonic' })
+ * const { dedupe } = createConsumer({ db, secret: process.env.OUTBOX_SECRET, sequence: 'monotonic' })
  *
  * const app = express()
  * app.post(

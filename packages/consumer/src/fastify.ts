@@ -26,7 +26,7 @@ import type { WebhookResponse } from './respond.js'
  * import { Kysely, PostgresDialect } from 'kysely'
  *
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
- * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
  * const options: OutboxWebhooksOptions = { consumer, path: '/hooks', handler: async (event) => console.log(event.type) }
  * ```
  */
@@ -76,7 +76,7 @@ function send(reply: FastifyReply, answer: WebhookResponse): FastifyReply {
  * import { Kysely, PostgresDialect } from 'kysely'
  *
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
- * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
  * const app = Fastify()
  * await app.register(outboxWebhooks, {
  *   consumer,

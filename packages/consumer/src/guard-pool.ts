@@ -61,7 +61,7 @@ export interface GuardablePool {
  *
  * const pool = guardPool(new pg.Pool({ connectionString: process.env.DATABASE_URL }))
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
- * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
  * ```
  */
 export function guardPool<P extends GuardablePool>(pool: P, logger: Logger = consoleLogger): P {
@@ -139,7 +139,7 @@ export function isGuardedPool(pool: unknown): boolean {
  *
  * const pool = createPool({ connectionString: process.env.DATABASE_URL, max: 10 })
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
- * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
  * ```
  */
 export function createPool(config?: pg.PoolConfig, logger?: Logger): pg.Pool {

@@ -70,7 +70,7 @@ const DELIVERED_CODES = {
  * import { Registry } from 'prom-client'
  *
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
- * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
  * const register = new Registry()
  * await consumerMetrics(consumer, { register })
  * // serve `await register.metrics()` on GET /metrics

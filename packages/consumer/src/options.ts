@@ -50,7 +50,7 @@ export type SequencePolicy = 'monotonic' | 'strict' | 'off'
  * import { Kysely, PostgresDialect } from 'kysely'
  *
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
- * const { dedupe } = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, sequence: 'strict', firstSequence: 'any' })
+ * const { dedupe } = createConsumer({ db, secret: process.env.OUTBOX_SECRET, sequence: 'strict', firstSequence: 'any' })
  * ```
  */
 export type FirstSequence = 1 | 'any'
@@ -67,7 +67,8 @@ export type FirstSequence = 1 | 'any'
  *
  * const options: ConsumerOptions = {
  *   db: new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) }),
- *   secret: [process.env.WEBHOOK_SECRET_NEW ?? '', process.env.WEBHOOK_SECRET_OLD ?? ''],
+ *   // 'whsec_new,whsec_old' during a rotation: comma-separated, as `outbox relay` reads the same variable
+ *   secret: (process.env.OUTBOX_SECRET ?? '').split(','),
  *   sequence: 'monotonic',
  *   maxBodyBytes: 2 * 1024 * 1024,
  * }

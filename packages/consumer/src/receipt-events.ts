@@ -25,7 +25,7 @@ export interface ReceiptRef {
  * import { Kysely, PostgresDialect } from 'kysely'
  *
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
- * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET })
+ * const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET })
  * consumer.on('receipt:failed', ({ eventId, error }) => console.error('webhook failed', eventId, error))
  * ```
  */

@@ -20,7 +20,7 @@ import {
  * const onError = (refused: Refusal) => {
  *   if (refused.status >= 500) console.error(refused.code, refused.eventId, refused.cause)
  * }
- * const consumer = createConsumer({ db, secret: process.env.WEBHOOK_SECRET, onError })
+ * const consumer = createConsumer({ db, secret: process.env.OUTBOX_SECRET, onError })
  * ```
  */
 export interface Refusal {

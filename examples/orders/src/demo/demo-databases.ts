@@ -1,5 +1,5 @@
-import { type RunningPostgres, startPostgres, withDatabase } from '@outbox/test-harness'
 import pg from 'pg'
+import { type EmbeddedPostgres, startEmbeddedPostgres } from './embedded-postgres.js'
 
 /** The databases of a demo run: one per service, as in production. */
 export interface DemoDatabases {
@@ -46,23 +46,11 @@ async function stillRunning(url: string): Promise<boolean> {
   return false
 }
 
-/**
- * Starts PostgreSQL for the demo. embedded-postgres installs SIGINT/SIGTERM/SIGHUP hooks that stop its
- * servers and then call `process.exit` — in the middle of the demo's own cleanup, before the relays and
- * servers have stopped. The demo stops its server itself, last, so those hooks are taken off again.
- */
-async function startEmbedded(): Promise<RunningPostgres> {
-  const signals: NodeJS.Signals[] = ['SIGINT', 'SIGTERM', 'SIGHUP']
-  const before = new Map(signals.map((signal) => [signal, new Set(process.listeners(signal))]))
-  try {
-    return await startPostgres()
-  } finally {
-    for (const signal of signals) {
-      for (const listener of process.listeners(signal)) {
-        if (!before.get(signal)?.has(listener)) process.off(signal, listener)
-      }
-    }
-  }
+/** `url` with its database replaced by `database`. */
+function withDatabase(url: string, database: string): string {
+  const parsed = new URL(url)
+  parsed.pathname = `/${database}`
+  return parsed.toString()
 }
 
 /** Subscriber names become database names: keep them to what needs no quoting. */
@@ -81,8 +69,8 @@ export async function openDemoDatabases(
     if (!SUBSCRIBER_NAME.test(name))
       throw new Error(`a subscriber name must match ${SUBSCRIBER_NAME}, got ${name}`)
   }
-  const server = databaseUrl ? undefined : await startEmbedded()
-  const adminUrl = databaseUrl ?? server!.url()
+  const server: EmbeddedPostgres | undefined = databaseUrl ? undefined : await startEmbeddedPostgres()
+  const adminUrl = server ? server.url() : (databaseUrl as string)
   const suffix = databaseUrl ? `_${process.pid}` : ''
   const ordersName = `outbox_demo_orders${suffix}`
   const subscriberNames = new Map(subscribers.map((name) => [name, `outbox_demo_${name}${suffix}`]))
@@ -105,8 +93,9 @@ export async function openDemoDatabases(
         }
       } finally {
         await withTimeout(admin.end(), CLOSE_TIMEOUT_MS, 'closing the admin connection').catch(() => {})
-        if (server && (await stillRunning(adminUrl))) {
-          await withTimeout(server.stop(), CLOSE_TIMEOUT_MS, 'stopping PostgreSQL')
+        if (server) {
+          const running = await stillRunning(adminUrl)
+          await withTimeout(server.stop({ running }), CLOSE_TIMEOUT_MS, 'stopping PostgreSQL')
         }
       }
     })()

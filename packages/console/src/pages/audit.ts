@@ -6,8 +6,8 @@ import { formatTime, layout, link, type PageContext } from './layout.js'
 export function auditPage(ctx: PageContext, entries: readonly AuditEntry[], limit: number): string {
   const rows = entries.map(
     (entry) => html`<tr>
-<td>${formatTime(entry.at)}</td><td>${entry.actor}</td><td>${entry.action}</td>
-<td><code>${JSON.stringify(entry.target)}</code></td><td><code>${JSON.stringify(entry.result)}</code></td>
+<td data-label="When">${formatTime(entry.at)}</td><td data-label="Actor">${entry.actor}</td><td data-label="Action">${entry.action}</td>
+<td data-label="Target"><code>${JSON.stringify(entry.target)}</code></td><td data-label="Result"><code>${JSON.stringify(entry.result)}</code></td>
 </tr>`,
   )
   const older = entries.length === limit ? entries.at(-1)?.id : undefined

@@ -44,15 +44,15 @@ export function deadLettersPage(
   const { query } = data
   const rows = data.deadLetters.map(
     (dead) => html`<tr>
-<td>${link(ctx, `/events/${dead.eventId}`, dead.eventId)}${dead.blocksLane ? html`<br><small class="blocks">blocks its lane</small>` : ''}</td>
-<td>${dead.subscriptionName ?? dead.subscriptionId}</td>
-<td>${dead.tenant ?? '—'}</td>
-<td>${dead.aggregateType}/${dead.aggregateId} #${dead.sequence}</td>
-<td>${dead.eventType}</td>
-<td class="num">${dead.attempts}</td>
-<td>${dead.lastStatus ?? 'no answer'}</td>
-<td class="error-text">${dead.lastError ?? ''}</td>
-<td>${formatTime(dead.deadAt)}</td>
+<td data-label="Event">${link(ctx, `/events/${dead.eventId}`, dead.eventId)}${dead.blocksLane ? html`<br><small class="blocks">blocks its lane</small>` : ''}</td>
+<td data-label="Subscription">${dead.subscriptionName ?? dead.subscriptionId}</td>
+<td data-label="Tenant">${dead.tenant ?? '—'}</td>
+<td data-label="Aggregate">${dead.aggregateType}/${dead.aggregateId} #${dead.sequence}</td>
+<td data-label="Type">${dead.eventType}</td>
+<td data-label="Attempts" class="num">${dead.attempts}</td>
+<td data-label="Last status">${dead.lastStatus ?? 'no answer'}</td>
+<td data-label="Last error" class="error-text">${dead.lastError ?? ''}</td>
+<td data-label="Dead since">${formatTime(dead.deadAt)}</td>
 ${
   ctx.canAct
     ? html`<td>${actionForm(ctx, '/dead-letters/redrive', { eventId: dead.eventId, subscriptionId: dead.subscriptionId }, 'Redrive')}</td>`

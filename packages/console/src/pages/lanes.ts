@@ -54,10 +54,10 @@ export function lanesPage(
   const rows = data.lanes.map((lane) => {
     const head = lane.head
     return html`<tr>
-<td>${lane.subscriptionName ?? lane.subscriptionId}</td>
-<td>${lane.aggregateType}/${lane.aggregateId}</td>
-<td class="reason">${reasonText(lane)}${lane.blockedAt ? html`<br><small>since ${formatTime(lane.blockedAt)}</small>` : ''}</td>
-<td>${
+<td data-label="Subscription">${lane.subscriptionName ?? lane.subscriptionId}</td>
+<td data-label="Lane">${lane.aggregateType}/${lane.aggregateId}</td>
+<td data-label="Reason" class="reason">${reasonText(lane)}${lane.blockedAt ? html`<br><small>since ${formatTime(lane.blockedAt)}</small>` : ''}</td>
+<td data-label="Blocker">${
       lane.blocker
         ? html`${link(ctx, `/events/${lane.blocker.eventId}`, `#${lane.blocker.sequence}`)} <span class="error-text">${
             lane.blocker.lastError ??
@@ -65,15 +65,15 @@ export function lanesPage(
           }</span>`
         : '—'
     }</td>
-<td>${
+<td data-label="Head">${
       head
         ? html`${link(ctx, `/events/${head.eventId}`, `#${head.sequence} ${head.eventType}`)}<br><small>${head.attempts} attempts${
             head.availableAt === null ? ', parked' : `, next ${formatTime(head.availableAt)}`
           }</small>`
         : '—'
     }</td>
-<td class="error-text">${head?.lastError ?? ''}</td>
-<td class="num">${lane.pending}</td>
+<td data-label="Last error" class="error-text">${head?.lastError ?? ''}</td>
+<td data-label="Pending" class="num">${lane.pending}</td>
 ${ctx.canAct ? html`<td>${actions(ctx, lane)}</td>` : ''}
 </tr>`
   })

@@ -64,11 +64,11 @@ function autoDisabled(data: OverviewData): SafeHtml | string {
 <thead><tr><th>Subscription</th><th>Endpoint</th><th>Reason</th><th>Since</th><th>Pending</th></tr></thead>
 <tbody>${shares.map(
     (share) => html`<tr data-subscription="${share.id}">
-<td>${share.name ?? share.id}</td>
-<td>${urlHost(byId.get(share.id)?.url ?? null)}</td>
-<td data-reason="${share.disabledReason ?? ''}">${AUTO_DISABLE_TEXT[share.disabledReason ?? ''] ?? share.disabledReason}</td>
-<td>${formatTime(share.disabledAt)}</td>
-<td class="num">${share.pending}</td>
+<td data-label="Subscription">${share.name ?? share.id}</td>
+<td data-label="Endpoint">${urlHost(byId.get(share.id)?.url ?? null)}</td>
+<td data-label="Reason" data-reason="${share.disabledReason ?? ''}">${AUTO_DISABLE_TEXT[share.disabledReason ?? ''] ?? share.disabledReason}</td>
+<td data-label="Since">${formatTime(share.disabledAt)}</td>
+<td data-label="Pending" class="num">${share.pending}</td>
 </tr>`,
   )}</tbody>
 </table>
@@ -91,15 +91,15 @@ export function overviewPage(ctx: PageContext, data: OverviewData): string {
     const subscription = byId.get(share.id)
     const only = { subscription: share.id }
     return html`<tr>
-<td>${share.name ?? share.id}${share.state === 'disabled' ? html` <small class="muted">(disabled${isAutoDisableReason(share.disabledReason) ? `: ${share.disabledReason}` : ''})</small>` : ''}</td>
-<td>${urlHost(subscription?.url ?? null)}</td>
-<td class="num">${share.pending}</td>
-<td class="num">${share.inFlight}</td>
-<td class="num">${count(ctx, share.struggling, '/lanes', { state: 'struggling', ...only })}</td>
-<td class="num">${count(ctx, share.dead, '/dead-letters', only)}</td>
-<td class="num">${count(ctx, share.blocked, '/lanes', { state: 'blocked', ...only })}</td>
-<td>${breaker(share, subscription)}</td>
-<td>${failure(data.lastFailures.get(share.id))}</td>
+<td data-label="Subscription">${share.name ?? share.id}${share.state === 'disabled' ? html` <small class="muted">(disabled${isAutoDisableReason(share.disabledReason) ? `: ${share.disabledReason}` : ''})</small>` : ''}</td>
+<td data-label="Endpoint">${urlHost(subscription?.url ?? null)}</td>
+<td data-label="Pending" class="num">${share.pending}</td>
+<td data-label="In flight" class="num">${share.inFlight}</td>
+<td data-label="Struggling" class="num">${count(ctx, share.struggling, '/lanes', { state: 'struggling', ...only })}</td>
+<td data-label="Dead" class="num">${count(ctx, share.dead, '/dead-letters', only)}</td>
+<td data-label="Blocked" class="num">${count(ctx, share.blocked, '/lanes', { state: 'blocked', ...only })}</td>
+<td data-label="Breaker">${breaker(share, subscription)}</td>
+<td data-label="Last failure" class="last-failure">${failure(data.lastFailures.get(share.id))}</td>
 </tr>`
   })
   const body = html`<p class="summary">
@@ -115,7 +115,7 @@ ${stats.warnings.length > 0 ? html`<ul class="warnings">${stats.warnings.map((wa
 <table class="subscriptions">
 <thead><tr><th>Subscription</th><th>Endpoint</th><th>Pending</th><th>In flight</th><th>Struggling</th><th>Dead</th><th>Blocked</th><th>Breaker</th><th>Last failure</th></tr></thead>
 <tbody>${rows.length > 0 ? rows : html`<tr><td colspan="9">No subscriptions.</td></tr>`}</tbody>
-<tfoot><tr><th>Total</th><td></td><td class="num">${stats.pending}</td><td class="num">${stats.inFlight}</td><td class="num">${stats.struggling}</td><td class="num">${stats.dead}</td><td class="num">${stats.blocked}</td><td></td><td></td></tr></tfoot>
+<tfoot><tr><th>Total</th><td></td><td data-label="Pending" class="num">${stats.pending}</td><td data-label="In flight" class="num">${stats.inFlight}</td><td data-label="Struggling" class="num">${stats.struggling}</td><td data-label="Dead" class="num">${stats.dead}</td><td data-label="Blocked" class="num">${stats.blocked}</td><td></td><td></td></tr></tfoot>
 </table>`
   return layout(ctx, { title: 'Overview', body, charts: true })
 }

@@ -35,7 +35,7 @@ export type VerifyFailure = SignatureFailure
  * const sharedSecret: WebhookVerifier = {
  *   checkHeaders: (headers) => (headers.get('x-signature') ? undefined : 'missing_signature'),
  *   verify: (headers, body) => {
- *     const expected = createHmac('sha256', process.env.SECRET ?? '').update(body).digest()
+ *     const expected = createHmac('sha256', process.env.ACME_WEBHOOK_SECRET ?? '').update(body).digest()
  *     const given = Buffer.from(headers.get('x-signature') ?? '', 'hex')
  *     return given.length === expected.length && timingSafeEqual(given, expected) ? undefined : 'invalid_signature'
  *   },
@@ -84,7 +84,7 @@ export interface StandardWebhooksVerifierOptions {
  * import { Kysely, PostgresDialect } from 'kysely'
  *
  * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: createPool() }) })
- * const verify = standardWebhooksVerifier(parseSigningSecrets(process.env.SVIX_SECRET ?? ''))
+ * const verify = standardWebhooksVerifier(parseSigningSecrets(process.env.SVIX_WEBHOOK_SECRET ?? ''))
  * const consumer = createConsumer({ db, verify, source: 'svix', sequence: 'off' })
  * ```
  */
