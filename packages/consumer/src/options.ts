@@ -78,7 +78,8 @@ export interface ConsumerOptions<DB = any, Catalog extends EventCatalog = Untype
   /** The Kysely instance (not a transaction): each delivery runs in its own transaction on it. */
   readonly db: Kysely<DB>
   /**
-   * Standard Webhooks secret(s) (`whsec_…`, at least 24 bytes); several during a rotation, any of which may sign.
+   * Standard Webhooks secret(s) (`whsec_…`, at least 24 bytes); several during a rotation, any of which may sign:
+   * an array, or one string with commas (`'whsec_new,whsec_old'`, as `OUTBOX_SECRET` holds them for the relay).
    * One of `secret`, `verify` or `allowUnsigned: true` is required.
    * @defaultValue undefined
    */

@@ -35,7 +35,8 @@ export interface SigningKey {
 }
 
 /**
- * Checks one secret or a rotation list and prepares them for signing or verifying.
+ * Checks one secret or a rotation list (an array, or one string with the secrets separated by commas, as an
+ * environment variable holds them) and prepares them for signing or verifying. The first one signs; any verifies.
  *
  * Secrets are `whsec_` followed by padded base64 of at least {@link MIN_SIGNING_SECRET_BYTES} bytes (the
  * Standard Webhooks format). Throws {@link OutboxError} `ERR_OUTBOX_INVALID_SECRET` with a message that says
@@ -51,7 +52,14 @@ export interface SigningKey {
  * ```
  */
 export function parseSigningSecrets(secrets: string | readonly string[]): readonly SigningKey[] {
-  const list = typeof secrets === 'string' ? [secrets] : secrets
+  // A string may hold a rotation list, comma-separated, as `OUTBOX_SECRET` does for the relay: "whsec_" and base64
+  // never contain a comma, so `secret: process.env.OUTBOX_SECRET` means the same to every package.
+  const list =
+    typeof secrets === 'string' && secrets.includes(',')
+      ? secrets.split(',').map((secret) => secret.trim())
+      : typeof secrets === 'string'
+        ? [secrets]
+        : secrets
   if (!Array.isArray(list) || list.length === 0) {
     throw new OutboxError(
       'ERR_OUTBOX_INVALID_SECRET',

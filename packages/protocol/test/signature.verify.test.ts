@@ -39,6 +39,16 @@ describe('parseSigningSecrets', () => {
     expect(Object.isFrozen(parseSigningSecrets(SECRET))).toBe(true)
   })
 
+  it('reads one string with commas as a rotation list, as OUTBOX_SECRET holds it for the relay', () => {
+    expect(parseSigningSecrets(`${SECRET},${OTHER}`).map((key) => key.secret)).toEqual([SECRET, OTHER])
+    expect(parseSigningSecrets(` ${SECRET} , ${OTHER} `).map((key) => key.secret)).toEqual([SECRET, OTHER])
+    // A request signed by the relay with either secret verifies against the same string.
+    const headers = signWebhook(parseSigningSecrets(OTHER), { eventId: EVENT_ID, body: BODY })
+    expect(verifyWebhook(parseSigningSecrets(`${SECRET},${OTHER}`), headers, BODY)).toEqual({ ok: true })
+    // An empty entry is named, as in an array.
+    expect(secretError(`${SECRET},`).message).toMatch(/^signing secret #2 must start with "whsec_"/)
+  })
+
   it('decodes each secret once into a node:crypto key of its bytes', () => {
     const [parsed] = parseSigningSecrets(SECRET)
     expect(parsed!.key).toBeInstanceOf(KeyObject)
