@@ -12,7 +12,7 @@
  * Exit 0 only if neither subscriber lost an event or applied one out of order. Everything started
  * here is stopped in every case: success, failure and Ctrl-C. `pnpm demo --help` lists the options.
  */
-import type { Logger as ConsumerLogger } from '@outbox/consumer'
+import { type Logger as ConsumerLogger, createPool } from '@outbox/consumer'
 import {
   createSubscription,
   disableSubscription,
@@ -22,7 +22,7 @@ import {
   stats,
 } from '@outbox/producer'
 import express from 'express'
-import type { Kysely } from 'kysely'
+import { Kysely, PostgresDialect } from 'kysely'
 import { connect } from './database.js'
 import { openDemoDatabases } from './demo/demo-databases.js'
 import { type FaultCounts, injectFaults } from './demo/faults.js'
@@ -192,10 +192,17 @@ async function runDemo(
 
   const subscribers: RunningSubscriber[] = []
   for (const [index, profile] of profiles.entries()) {
-    const db = connect<SubscriberDatabase>(databases.subscriberUrls.get(profile.name)!, {
-      max: SUBSCRIBER_POOL,
-      onError: onPoolError,
-    })
+    // createPool, as subscriber.ts: the guarded pool createConsumer recognises (a plain one draws its warning).
+    const pool = createPool(
+      { connectionString: databases.subscriberUrls.get(profile.name)!, max: SUBSCRIBER_POOL },
+      {
+        debug: () => {},
+        info: () => {},
+        warn: (_fields, message) => note(`${profile.name}: ${message}`),
+        error: (_fields, message) => note(`${profile.name}: ${message}`),
+      },
+    )
+    const db = new Kysely<SubscriberDatabase>({ dialect: new PostgresDialect({ pool }) })
     cleanup.add(`${profile.name} database pool`, () => db.destroy())
     await migrateSubscriber(db)
     // Listening first, on any free port, gives the URL the subscription needs; the subscription gives the secret
