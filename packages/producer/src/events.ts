@@ -79,8 +79,14 @@ export interface RelayEventMap {
     readonly aggregateType: string
     readonly aggregateId: string
     readonly eventId: string
+    /** A request of the head was under way in the expired claim: the takeover charges it. */
     readonly charged: boolean
-    /** The head's failed attempts, the charged one included. */
+    /**
+     * The charge proves nothing (the dead claim had other requests under way): it is counted apart and never
+     * dead-letters the head; once such charges reach its attempts, the head is sent alone. False for a free takeover.
+     */
+    readonly provisional: boolean
+    /** The head's failed attempts, a charge proven by a request started alone included. */
     readonly attempts: number
   }
   /**

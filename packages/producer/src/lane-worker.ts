@@ -120,13 +120,23 @@ const NOTHING: LaneResult = Object.freeze({ delivered: 0, failed: 0, dead: 0 })
 const UNGATED = { run: <T>(task: () => Promise<T>): Promise<T> => task() }
 
 /**
- * Reports a lane claimed over an expired claim (`lane:takeover`) as soon as its claim returns, with the attempt the
- * takeover charges its head when a request of it was under way; {@link deliverLane} settles that charge. A lane
- * whose events were all delivered meanwhile is not reported.
+ * Reports a lane claimed over an expired claim (`lane:takeover`) as soon as its claim returns, when no request of
+ * its head was under way (a free takeover). A charged one is reported by {@link deliverLane} once it has read what
+ * the charge is (an attempt, or provisional), see {@link emitTakeover}. A lane whose events were all delivered
+ * meanwhile is not reported.
  */
 export function reportTakeover(ctx: LaneContext, lane: ClaimedLane): void {
   const head = lane.events[0]
-  if (!lane.takenOver || !head) return
+  if (!lane.takenOver || lane.charged || !head) return
+  emitTakeover(ctx, lane, head, { attempts: head.attempts, provisional: false })
+}
+
+function emitTakeover(
+  ctx: LaneContext,
+  lane: ClaimedLane,
+  head: LaneEvent,
+  charge: { readonly attempts: number; readonly provisional: boolean },
+): void {
   ctx.events.emit('lane:takeover', {
     subscriptionId: lane.subscriptionId,
     // A lane of a subscription no longer served is handed back unsent; its id still names it.
@@ -135,7 +145,8 @@ export function reportTakeover(ctx: LaneContext, lane: ClaimedLane): void {
     aggregateId: lane.aggregateId,
     eventId: head.eventId,
     charged: lane.charged,
-    attempts: head.attempts + (lane.charged ? 1 : 0),
+    provisional: charge.provisional,
+    attempts: charge.attempts,
   })
 }
 
@@ -178,11 +189,13 @@ async function deliverClaimed(ctx: LaneContext, lane: ClaimedLane): Promise<Lane
     // The claim is no longer ours: the next owner settles the charge.
     if (!charge) return NOTHING
     const attemptedAt = new Date()
+    // Only a charge proven by a request started alone is an attempt; any other is provisional (see below).
+    const attempts = head.attempts + (charge.startedAlone ? 1 : 0)
+    emitTakeover(ctx, lane, head, { attempts, provisional: !charge.startedAlone })
     const failure: FailedAttempt = {
       claimToken: lane.claimToken,
       id: head.id,
-      // Only a charge proven by a request started alone is an attempt; any other is provisional (see below).
-      attempts: head.attempts + (charge.startedAlone ? 1 : 0),
+      attempts,
       httpStatus: null,
       error: TAKEOVER_ERROR,
       attemptedAt,

@@ -118,14 +118,16 @@ describe('relay events and logging', () => {
   })
 
   it('lane:takeover fires when a claim expired without an outcome: free if only claimed, charged if its request had started', async () => {
-    await seedEvents(t.db, ['claimed-only', 'started'], 1)
+    await seedEvents(t.db, ['claimed-only', 'started', 'started-alone'], 1)
     // Both claims expired; 'started' was watched and its claim had recorded the start of a request.
     await sql`UPDATE outbox_lane SET claim_token = gen_random_uuid(), leased_until = now() - interval '1 second'`.execute(
       t.db,
     )
-    await sql`UPDATE outbox_lane SET watch_starts = true, started_token = claim_token WHERE aggregate_id = 'started'`.execute(
+    await sql`UPDATE outbox_lane SET watch_starts = true, started_token = claim_token WHERE aggregate_id LIKE 'started%'`.execute(
       t.db,
     )
+    // 'started-alone' was sent alone by the dead relay: its charge is a proven attempt.
+    await sql`UPDATE outbox_lane SET started_alone = true WHERE aggregate_id = 'started-alone'`.execute(t.db)
     const sink = await startSink()
     const relay = new Relay({ db: t.db, endpoint: sink.url, logger: silentLogger })
     const seen = record(relay)
@@ -134,28 +136,36 @@ describe('relay events and logging', () => {
     } finally {
       await sink.close()
     }
-    const takeovers = (seen['lane:takeover'] ?? []).map(({ aggregateId, charged, attempts }) => ({
-      aggregateId,
-      charged,
-      attempts,
-    }))
+    const takeovers = (seen['lane:takeover'] ?? []).map(
+      ({ aggregateId, charged, provisional, attempts }) => ({
+        aggregateId,
+        charged,
+        provisional,
+        attempts,
+      }),
+    )
+    // The charged one's charge is provisional (its request was not started alone): no attempt is counted for it.
     expect(takeovers.sort((a, b) => a.aggregateId.localeCompare(b.aggregateId))).toEqual([
-      { aggregateId: 'claimed-only', charged: false, attempts: 0 },
-      { aggregateId: 'started', charged: true, attempts: 1 },
+      { aggregateId: 'claimed-only', charged: false, provisional: false, attempts: 0 },
+      { aggregateId: 'started', charged: true, provisional: true, attempts: 0 },
+      { aggregateId: 'started-alone', charged: true, provisional: false, attempts: 1 },
     ])
     // The free one is delivered at once; the charged one is retried on the schedule. Its charge is provisional (the
     // dead claim had not started its request alone), so it counts no attempt: its attempts stay 0.
     expect(seen['delivery:success']).toEqual([
       expect.objectContaining({ aggregateId: 'claimed-only', attempts: 1 }),
     ])
-    expect(seen['delivery:retry']).toEqual([
-      expect.objectContaining({
-        aggregateId: 'started',
-        attempts: 0,
-        httpStatus: null,
-        retryInMs: expect.any(Number),
-      }),
-    ])
+    expect((seen['delivery:retry'] ?? []).sort((a, b) => a.aggregateId.localeCompare(b.aggregateId))).toEqual(
+      [
+        expect.objectContaining({
+          aggregateId: 'started',
+          attempts: 0,
+          httpStatus: null,
+          retryInMs: expect.any(Number),
+        }),
+        expect.objectContaining({ aggregateId: 'started-alone', attempts: 1, httpStatus: null }),
+      ],
+    )
     expect(sink.requests.map((request) => request.json.aggregate_id)).toEqual(['claimed-only'])
   })
 
