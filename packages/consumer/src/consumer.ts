@@ -171,7 +171,7 @@ export function createConsumer(options: ConsumerOptions<any>): Consumer<any, Unt
   const resolved = resolveConsumerOptions(options)
   const { logger } = resolved
   const hub = new EventHub<ReceiptEventMap>(logger, 'consumer')
-  const bodies = createBodyGate(resolved.maxConcurrentBodies)
+  const bodies = createBodyGate(resolved.maxConcurrentBodies, resolved.largeBodyBytesPerSecond)
   const receive = createReceive(resolved, hub, bodies)
   const core: ConsumerCore = Object.freeze({ receive, logger, bodies })
 

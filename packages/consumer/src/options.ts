@@ -145,6 +145,15 @@ export interface ConsumerOptions<DB = any, Catalog extends EventCatalog = Untype
    */
   readonly maxConcurrentBodies?: number
   /**
+   * How fast the bytes of request bodies past their first 64 KiB are read, all requests together, in bytes per
+   * second (each waits its turn, unread, its sender held back by TCP). A request with well-formed signature headers
+   * is refused only once its whole body is read and hashed: this bounds what a client without the secret sending
+   * large bodies in a loop takes of the consumer, while real deliveries — a body in one chunk — never wait. Raise it
+   * for senders of many large bodies: the default reads 128 bodies of 256 KiB a second.
+   * @defaultValue 33554432 (32 MiB/s)
+   */
+  readonly largeBodyBytesPerSecond?: number
+  /**
    * Refusals (4xx) are logged at `warn` at most once per problem code per this interval, with the `count` of
    * refusals the line stands for; each request's own line is at `debug`. @defaultValue 10000
    */
@@ -200,6 +209,7 @@ export interface ResolvedConsumerOptions {
   readonly maxBodyBytes: number
   readonly bodyTimeoutMs: number
   readonly maxConcurrentBodies: number
+  readonly largeBodyBytesPerSecond: number
   readonly logIntervalMs: number
   readonly toleranceSeconds: number
   readonly logger: Logger
@@ -239,6 +249,17 @@ export const DEFAULT_BODY_TIMEOUT_MS = 10_000
  * ```
  */
 export const DEFAULT_MAX_CONCURRENT_BODIES = 64
+
+/**
+ * Default `largeBodyBytesPerSecond`: 32 MiB/s, a few percent of one core spent on forged large bodies at most.
+ *
+ * @example
+ * ```ts
+ * import { DEFAULT_LARGE_BODY_BYTES_PER_SECOND } from '@outbox/consumer'
+ * const largeBodyBytesPerSecond = 4 * DEFAULT_LARGE_BODY_BYTES_PER_SECOND // a sender of many large payloads
+ * ```
+ */
+export const DEFAULT_LARGE_BODY_BYTES_PER_SECOND = 33_554_432
 
 /**
  * Default `logIntervalMs`: one `warn` line per refusal code per 10 s.
@@ -293,6 +314,7 @@ const KNOWN_OPTIONS = [
   'maxBodyBytes',
   'bodyTimeoutMs',
   'maxConcurrentBodies',
+  'largeBodyBytesPerSecond',
   'logIntervalMs',
   'toleranceSeconds',
   'logger',
@@ -462,7 +484,7 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     )
   }
   const positiveWhole = (
-    option: 'bodyTimeoutMs' | 'maxConcurrentBodies' | 'logIntervalMs',
+    option: 'bodyTimeoutMs' | 'maxConcurrentBodies' | 'logIntervalMs' | 'largeBodyBytesPerSecond',
     fallback: number,
   ) => {
     const value = options[option] ?? fallback
@@ -473,6 +495,10 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
   }
   const bodyTimeoutMs = positiveWhole('bodyTimeoutMs', DEFAULT_BODY_TIMEOUT_MS)
   const maxConcurrentBodies = positiveWhole('maxConcurrentBodies', DEFAULT_MAX_CONCURRENT_BODIES)
+  const largeBodyBytesPerSecond = positiveWhole(
+    'largeBodyBytesPerSecond',
+    DEFAULT_LARGE_BODY_BYTES_PER_SECOND,
+  )
   const logIntervalMs = positiveWhole('logIntervalMs', DEFAULT_LOG_INTERVAL_MS)
   const toleranceSeconds = options.toleranceSeconds ?? DEFAULT_SIGNATURE_TOLERANCE_SECONDS
   if (typeof toleranceSeconds !== 'number' || !Number.isFinite(toleranceSeconds) || toleranceSeconds <= 0) {
@@ -534,6 +560,7 @@ export function resolveConsumerOptions(options: ConsumerOptions): ResolvedConsum
     maxBodyBytes,
     bodyTimeoutMs,
     maxConcurrentBodies,
+    largeBodyBytesPerSecond,
     logIntervalMs,
     toleranceSeconds,
     logger,

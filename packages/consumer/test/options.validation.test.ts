@@ -83,6 +83,13 @@ describe('createConsumer checks its options once, with messages that say what to
         /maxBodyBytes/,
       )
     }
+    for (const option of ['bodyTimeoutMs', 'maxConcurrentBodies', 'largeBodyBytesPerSecond']) {
+      for (const value of [0, -1, 1.5, '32mb']) {
+        expect(refusal({ db: t.db, allowUnsigned: true, logger: quiet, [option]: value }).message).toMatch(
+          new RegExp(`\`${option}\` must be a positive whole number`),
+        )
+      }
+    }
     for (const toleranceSeconds of [0, -10, Number.POSITIVE_INFINITY]) {
       expect(refusal({ db: t.db, allowUnsigned: true, toleranceSeconds, logger: quiet }).message).toMatch(
         /toleranceSeconds/,
@@ -117,6 +124,7 @@ describe('createConsumer checks its options once, with messages that say what to
       sequence: 'monotonic',
       firstSequence: 1,
       maxBodyBytes: 1_048_576,
+      largeBodyBytesPerSecond: 33_554_432,
       toleranceSeconds: 300,
       keys: undefined,
       source: 'default',

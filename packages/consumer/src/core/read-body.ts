@@ -1,4 +1,5 @@
 import type { Readable } from 'node:stream'
+import { FREE_BODY_BYTES, type LargeBodyPace } from './large-body-pace.js'
 
 /**
  * A request body as a server hands it over: the bytes already read (`Uint8Array`, e.g. a `Buffer` left by
@@ -36,6 +37,11 @@ export interface ReadBodyOptions {
   readonly limitBytes: number
   readonly timeoutMs: number
   readonly onBytes?: ((delta: number) => void) | undefined
+  /**
+   * Paces the bytes past each body's first {@link FREE_BODY_BYTES}: told of each such chunk, it says how many
+   * milliseconds to wait before reading on (the body's deadline still runs). See `large-body-pace.ts`.
+   */
+  readonly pace?: LargeBodyPace | undefined
 }
 
 /** Fires once when the body's time is up; `clear` when the read ended first. */
@@ -62,7 +68,13 @@ function deadline(timeoutMs: number): Deadline {
   }
 }
 
+/** The part of a chunk past the body's free bytes, given the bytes received before it. */
+function pacedBytes(before: number, chunk: number): number {
+  return Math.max(0, before + chunk - Math.max(before, FREE_BODY_BYTES))
+}
+
 const EMPTY = new Uint8Array(0)
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 const encoder = new TextEncoder()
 const ignore = () => {}
 
@@ -90,6 +102,7 @@ function readNodeStream(
   limitBytes: number,
   time: Deadline,
   count: (delta: number) => void,
+  pace: LargeBodyPace | undefined,
 ): Promise<ReadBodyResult> {
   // Read from before, or ended: its 'end' would never come again, and waiting for it would hang the request.
   if (stream.readableDidRead || stream.readableEnded)
@@ -100,9 +113,11 @@ function readNodeStream(
     const chunks: Uint8Array[] = []
     let received = 0
     let settled = false
+    let resume: ReturnType<typeof setTimeout> | undefined
     const settle = (result: ReadBodyResult) => {
       if (settled) return
       settled = true
+      clearTimeout(resume)
       stream.off('data', onData)
       stream.off('end', onEnd)
       stream.off('close', onClose)
@@ -117,6 +132,7 @@ function readNodeStream(
     }
     const onData = (chunk: Buffer | string) => {
       const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+      const paced = pace ? pacedBytes(received, bytes.length) : 0
       received += bytes.length
       if (received > limitBytes) {
         drop()
@@ -127,6 +143,14 @@ function readNodeStream(
       kept += bytes.length
       count(bytes.length)
       chunks.push(bytes)
+      const waitMs = paced > 0 ? pace!.wait(paced) : 0
+      if (waitMs > 0) {
+        // Unread until its turn: the sender is held back by TCP meanwhile. 'end' cannot come while paused.
+        stream.pause()
+        resume = setTimeout(() => {
+          if (!settled) stream.resume()
+        }, waitMs)
+      }
     }
     // Past the deadline the stream is left paused and unread, like a body past the limit: the answer closes it.
     time.onExpire(() => {
@@ -168,6 +192,7 @@ async function readChunks(
   limitBytes: number,
   time: Deadline,
   count: (delta: number) => void,
+  pace: LargeBodyPace | undefined,
 ): Promise<ReadBodyResult> {
   const chunks: Uint8Array[] = []
   let received = 0
@@ -185,9 +210,15 @@ async function readChunks(
       if (received + bytes.byteLength > limitBytes) {
         return fail({ ok: false, reason: 'too_large', unread: true })
       }
+      const paced = pace ? pacedBytes(received, bytes.byteLength) : 0
       received += bytes.byteLength
       count(bytes.byteLength)
       chunks.push(bytes)
+      const waitMs = paced > 0 ? pace!.wait(paced) : 0
+      // Not pulled until its turn (see large-body-pace.ts); the deadline still runs.
+      if (waitMs > 0 && (await Promise.race([sleep(waitMs), time.expired])) === 'timeout') {
+        return fail({ ok: false, reason: 'timeout' })
+      }
     }
   } catch (error) {
     count(-received)
@@ -202,12 +233,13 @@ function readWebStream(
   limitBytes: number,
   time: Deadline,
   count: (delta: number) => void,
+  pace: LargeBodyPace | undefined,
 ): Promise<ReadBodyResult> {
   // A stream another reader holds (a body read with request.json()) cannot be read again.
   if (stream.locked) return Promise.resolve({ ok: false, reason: 'consumed' })
   const reader = stream.getReader()
   const next = () => reader.read()
-  return readChunks(next, () => void reader.cancel().catch(ignore), limitBytes, time, count)
+  return readChunks(next, () => void reader.cancel().catch(ignore), limitBytes, time, count, pace)
 }
 
 function readIterable(
@@ -215,6 +247,7 @@ function readIterable(
   limitBytes: number,
   time: Deadline,
   count: (delta: number) => void,
+  pace: LargeBodyPace | undefined,
 ): Promise<ReadBodyResult> {
   const iterator = source[Symbol.asyncIterator]()
   const stop = () => {
@@ -224,7 +257,7 @@ function readIterable(
       // a generator still running cannot be returned from; it is left to the closed connection
     }
   }
-  return readChunks(() => iterator.next(), stop, limitBytes, time, count)
+  return readChunks(() => iterator.next(), stop, limitBytes, time, count, pace)
 }
 
 /**
@@ -237,7 +270,7 @@ export async function readBody(
   source: BodySource | null | undefined,
   options: ReadBodyOptions,
 ): Promise<ReadBodyResult> {
-  const { limitBytes, timeoutMs } = options
+  const { limitBytes, timeoutMs, pace } = options
   const count = options.onBytes ?? ignore
   if (source === null || source === undefined) return { ok: true, body: EMPTY }
   if (source instanceof Uint8Array) {
@@ -247,12 +280,12 @@ export async function readBody(
   }
   const time = deadline(timeoutMs)
   try {
-    if (isNodeReadable(source)) return await readNodeStream(source, limitBytes, time, count)
+    if (isNodeReadable(source)) return await readNodeStream(source, limitBytes, time, count, pace)
     if (typeof (source as ReadableStream).getReader === 'function') {
-      return await readWebStream(source as ReadableStream<Uint8Array>, limitBytes, time, count)
+      return await readWebStream(source as ReadableStream<Uint8Array>, limitBytes, time, count, pace)
     }
     if (typeof (source as AsyncIterable<Uint8Array>)[Symbol.asyncIterator] === 'function') {
-      return await readIterable(source as AsyncIterable<Uint8Array | string>, limitBytes, time, count)
+      return await readIterable(source as AsyncIterable<Uint8Array | string>, limitBytes, time, count, pace)
     }
   } finally {
     time.clear()

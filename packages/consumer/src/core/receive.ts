@@ -157,7 +157,12 @@ export function createReceive(
   const { logger, source, verifier, envelope, maxBodyBytes, bodyTimeoutMs, sequence: policy } = options
   // A flood of refusals (an unauthenticated client in a loop) is one warn line per code per interval, counted.
   const aggregated = createAggregatedLog(logger, options.logIntervalMs)
-  const readOptions = { limitBytes: maxBodyBytes, timeoutMs: bodyTimeoutMs, onBytes: gate.count }
+  const readOptions = {
+    limitBytes: maxBodyBytes,
+    timeoutMs: bodyTimeoutMs,
+    onBytes: gate.count,
+    pace: gate.pace,
+  }
   const applyEvent = createApplyEvent(options)
   // The default logger drops debug lines: then the per-delivery outcome line is not even built.
   const logsOutcomes = logger.debug !== consoleLogger.debug
