@@ -13,7 +13,8 @@ const run = promisify(execFile)
  * The attw rules not enforced, each with the reason it is acceptable.
  *
  * `cjs-resolves-to-esm`: the packages are ESM only, on purpose, and `require()` loads them on every Node.js
- * version `engines` allows (≥ 20.19, where `require(esm)` is on by default; the packed-tarball test proves it).
+ * version `engines` allows (≥ 22.12, where `require(esm)` is on by default; the newcomer test proves it on the
+ * oldest and newest supported Node.js).
  * attw 0.18 judges with TypeScript 5.6, whose `module: node16` rejects a `require` of ESM; TypeScript 5.8+ with
  * `module: nodenext` (or `node20`) accepts it, as the packed-tarball test checks on a `.cts` file.
  */

@@ -4,7 +4,9 @@
  * packed-tarball test and `pnpm check:packages` both start here, so they check exactly what would be published.
  */
 import { execFile } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { createHash } from 'node:crypto'
+import { mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
@@ -35,11 +37,65 @@ function tarballName(name: string, version: string): string {
   return `${name.replace(/^@/, '').replace('/', '-')}-${version}.tgz`
 }
 
+/** Whether the process that took a pack lock is gone (or never wrote its pid, long ago): the lock is stale. */
+function lockHolderGone(lock: string): boolean {
+  let pid: number
+  try {
+    pid = Number(readFileSync(join(lock, 'pid'), 'utf8'))
+  } catch {
+    try {
+      return Date.now() - statSync(lock).mtimeMs > 60_000
+    } catch {
+      return true
+    }
+  }
+  try {
+    process.kill(pid, 0)
+    return false
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'ESRCH'
+  }
+}
+
+/**
+ * Runs `pack` while holding this checkout's pack lock (a directory in the temp dir). The packed-package and newcomer
+ * tests pack in two test processes at once, and two `prepack` builds of one project at once race on its `dist/`.
+ */
+async function withPackLock<T>(pack: () => Promise<T>): Promise<T> {
+  const key = createHash('sha256').update(REPO_ROOT).digest('hex').slice(0, 16)
+  const lock = join(tmpdir(), `outbox-pack-${key}.lock`)
+  const deadline = Date.now() + 10 * 60_000
+  for (;;) {
+    try {
+      mkdirSync(lock)
+      writeFileSync(join(lock, 'pid'), String(process.pid))
+      break
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
+      if (lockHolderGone(lock)) {
+        rmSync(lock, { recursive: true, force: true })
+        continue
+      }
+      if (Date.now() > deadline) throw new Error(`another process held ${lock} for 10 minutes`)
+      await new Promise((resolve) => setTimeout(resolve, 200))
+    }
+  }
+  try {
+    return await pack()
+  } finally {
+    rmSync(lock, { recursive: true, force: true })
+  }
+}
+
 /**
  * Packs every published package into `destination` (which must exist) with `pnpm pack`. Its `prepack` script
  * builds `dist/` first, so this works from a fresh clone too.
  */
 export async function packPackages(destination: string): Promise<PackedPackage[]> {
+  return await withPackLock(() => packEach(destination))
+}
+
+async function packEach(destination: string): Promise<PackedPackage[]> {
   const packed: PackedPackage[] = []
   // One at a time: the packages' builds reference each other (`tsc -b`), and two builds of one project at once
   // would race on its output.

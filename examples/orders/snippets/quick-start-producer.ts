@@ -1,4 +1,7 @@
-/** The root README's quick start, where events are written: type-checked in CI, never run. */
+/**
+ * The root README's quick start, where events are written (`producer.ts`): type-checked in CI, and run as the README
+ * shows it, in a fresh npm app on the oldest and newest supported Node.js, by test/packages/newcomer.test.ts.
+ */
 // #region quick-start-producer
 import { enqueue, migrate } from '@outbox/producer'
 import { Kysely, PostgresDialect } from 'kysely'
@@ -11,15 +14,25 @@ pool.on('connect', (client) => client.on('error', (error) => console.warn('conne
 const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) }) // or your own Kysely<Database>
 
 await migrate(db) // once at start-up: the outbox tables, beside yours; idempotent
+await db.schema // your own table, created here only so that the example runs as it is
+  .createTable('invoices')
+  .ifNotExists()
+  .addColumn('id', 'text', (column) => column.primaryKey())
+  .addColumn('amount_cents', 'integer', (column) => column.notNull())
+  .addColumn('status', 'text', (column) => column.notNull())
+  .execute()
 
 // Wherever the service changes state: the change and its event commit together, or neither does.
-await db.transaction().execute(async (trx) => {
-  await trx.updateTable('invoices').set({ status: 'paid' }).where('id', '=', 'inv_42').execute()
-  await enqueue(trx, {
+const invoiceId = `inv_${Date.now()}`
+const event = await db.transaction().execute(async (trx) => {
+  await trx.insertInto('invoices').values({ id: invoiceId, amount_cents: 4200, status: 'paid' }).execute()
+  return await enqueue(trx, {
     aggregateType: 'invoice', // with aggregateId: the events of one invoice are delivered in order
-    aggregateId: 'inv_42',
+    aggregateId: invoiceId,
     eventType: 'invoice.paid',
-    payload: { invoiceId: 'inv_42', amountCents: 4200 },
+    payload: { invoiceId, amountCents: 4200 },
   })
 })
+console.log(`invoice ${invoiceId} paid: event ${event.eventId} is in the outbox`)
+await db.destroy() // closes the pool, so that the process exits
 // #endregion quick-start-producer
