@@ -3,6 +3,7 @@ import { type Sink, startSink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { Webhook } from 'standardwebhooks'
 import { beforeAll, describe, expect, it, type TestContext } from 'vitest'
+import { REPEAT_GRACE_MS } from '../src/cli/interrupt.js'
 import { enqueue, migrate } from '../src/index.js'
 import {
   buildCli,
@@ -335,10 +336,45 @@ describe.concurrent('outbox relay', () => {
     await waitFor(() => hooks.requests.length === 1, 'the hanging request')
     relay.child.kill('SIGINT')
     await relay.waitFor(() => relay.stdout().includes('SIGINT received: stopping'), 'the stop to begin')
+    // A second Ctrl-C, pressed after the first one's grace (the same keypress delivered twice is ignored, below).
+    await new Promise((resolve) => setTimeout(resolve, REPEAT_GRACE_MS + 100))
     const result = await relay.stop('SIGINT', 5000)
     expect(result.code).toBe(130)
     expect(result.stdout).toMatch(/WARN {2}second SIGINT: exiting without releasing claims/)
     expect(result.stderr).toBe('')
+  })
+
+  it('one Ctrl-C delivered twice at once (the terminal and npx both send it) stops gracefully, releasing its claims', async ({
+    onTestFinished,
+  }) => {
+    const hooks = await sink(onTestFinished, () => 'hang')
+    const schema = await freshSchema('relay_double')
+    await seedEvents(t.db, ['stuck'], 1, { schema })
+    const relay = startCli(
+      [
+        'relay',
+        '--log-format',
+        'text',
+        '--endpoint',
+        hooks.url,
+        '--schema',
+        schema,
+        '--stop-timeout',
+        '300ms',
+        '--poll-interval',
+        '20ms',
+      ],
+      cliEnv({ DATABASE_URL: t.url }),
+      { onTestFinished },
+    )
+    await started(relay)
+    await waitFor(() => hooks.requests.length === 1, 'the hanging request')
+    relay.child.kill('SIGINT')
+    const result = await relay.stop('SIGINT', 10_000)
+    expect(result, result.stderr).toMatchObject({ code: 0, signal: null, stderr: '' })
+    expect(result.stdout).not.toMatch(/second SIGINT/)
+    expect(result.stdout).toMatch(/relay stopped/)
+    for (const lane of await lanes(schema, ['stuck'])) expect(lane.claim_token).toBeNull()
   })
 
   it('warns once that it sends unsigned, with or without --verbose, and never when it signs', async ({

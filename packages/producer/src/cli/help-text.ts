@@ -47,7 +47,8 @@ Claims lanes (one per subscription and aggregate), POSTs their events in sequenc
 a 2xx, retries failures and dead-letters what never succeeds. Run as many relays as you like. Logs one line per
 delivery event to stdout. On SIGINT/SIGTERM it stops claiming, lets in-flight requests finish (aborting them
 after --stop-timeout), writes its marks, releases its claims so another relay takes over at once, and exits 0.
-A second signal exits at once (its claims then expire after --lease).
+A second signal (a second Ctrl-C a second or more after the first) exits at once (its claims then expire after
+--lease); the same signal again within a second is one keypress delivered twice (by the terminal and npx), ignored.
 Started before its database (compose, a rollout, a reboot), it waits for it: tries again with backoff, logs the
 wait every 30 s, answers /healthz 200 and /readyz 503 with the reason, and starts as soon as the database answers.
 A wrong password, a missing database or missing tables (when the database answered at once) exit 1.

@@ -18,8 +18,17 @@ export function signalExitCode(signal: NodeJS.Signals): number {
 }
 
 /**
+ * How long after the first signal the same signal again is the same request, not a second one. One Ctrl-C can
+ * arrive twice: the terminal sends it to the whole foreground process group, and `npx` (npm run-script) forwards
+ * what it gets to its child too — where npm's shell is bash, the relay under `npx outbox relay` gets SIGINT twice
+ * within milliseconds, and treating that as "exit at once" left its lanes leased until their leases ran out.
+ */
+export const REPEAT_GRACE_MS = 1000
+
+/**
  * Turns the first SIGINT/SIGTERM into a graceful stop. A second signal means the operator will not wait: it calls
- * `onRepeat`, which by default exits at once with 128 + the signal number.
+ * `onRepeat`, which by default exits at once with 128 + the signal number — unless it is the same signal within
+ * {@link REPEAT_GRACE_MS} of the first (one keypress delivered twice), which is ignored.
  */
 export function catchInterrupt(
   onRepeat: (signal: NodeJS.Signals) => void = (signal) => process.exit(signalExitCode(signal)),
@@ -30,12 +39,15 @@ export function catchInterrupt(
   const wait = new Promise<NodeJS.Signals>((resolve) => {
     resolveWait = resolve
   })
+  let receivedAt = 0
   const handler = (signal: NodeJS.Signals) => {
     if (received !== undefined) {
+      if (signal === received && performance.now() - receivedAt < REPEAT_GRACE_MS) return
       onRepeat(signal)
       return
     }
     received = signal
+    receivedAt = performance.now()
     controller.abort(signal)
     resolveWait(signal)
   }
