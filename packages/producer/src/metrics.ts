@@ -60,6 +60,12 @@ const GAUGES: readonly [keyof StatsFigures, string, string | undefined, string][
   ['pending', 'pending_events', 'pending', 'Events not yet delivered.'],
   ['inFlight', 'in_flight_lanes', 'in_flight', 'Lanes held under a live lease.'],
   ['struggling', 'struggling_lanes', 'struggling', 'Lanes whose head has 3 or more failed attempts.'],
+  [
+    'suspect',
+    'suspect_lanes',
+    undefined,
+    'Lanes whose head relays died sending, as often as its attempts allow.',
+  ],
   ['dead', 'dead_letter_events', 'dead', 'Dead-lettered events.'],
   ['blocked', 'blocked_lanes', 'blocked', "Lanes parked by a 409 or by onExhausted: 'block'."],
 ]

@@ -15,6 +15,12 @@ export interface StatsFigures {
   readonly inFlight: number
   /** Lane heads that failed 3 or more times and are still being retried. */
   readonly struggling: number
+  /**
+   * Lane heads whose relay died while sending them, as many times as their attempts allow (migration 0019): each is
+   * now sent alone — nothing else in flight in its relay — so the next crash proves whether it is the cause. A
+   * poison event; its lane still moves (delivered, or dead-lettered after its attempts).
+   */
+  readonly suspect: number
   /** Dead-lettered events kept for inspection and redrive. */
   readonly dead: number
   /** Lanes parked by a 409 from the consumer or by an exhausted event under `onExhausted: 'block'`. */
@@ -94,6 +100,7 @@ function figures(row: SubscriptionStatsRow): StatsFigures {
     pending: Number(row.pending),
     inFlight: Number(row.in_flight),
     struggling: Number(row.struggling),
+    suspect: Number(row.suspect),
     dead: Number(row.dead),
     blocked: Number(row.blocked),
   }
@@ -120,7 +127,7 @@ export async function stats(db: Kysely<any>, options: StatsOptions = {}): Promis
     { db, schema: resolveSchema(options.schema) },
     { strugglingAttempts: STRUGGLING_ATTEMPTS },
   )
-  const total = { lagSeconds: 0, pending: 0, inFlight: 0, struggling: 0, dead: 0, blocked: 0 }
+  const total = { lagSeconds: 0, pending: 0, inFlight: 0, struggling: 0, suspect: 0, dead: 0, blocked: 0 }
   const subscriptions: SubscriptionStats[] = []
   const warnings: string[] = []
   for (const row of rows) {
@@ -129,6 +136,7 @@ export async function stats(db: Kysely<any>, options: StatsOptions = {}): Promis
     total.pending += share.pending
     total.inFlight += share.inFlight
     total.struggling += share.struggling
+    total.suspect += share.suspect
     total.dead += share.dead
     total.blocked += share.blocked
     if (!row.known) continue

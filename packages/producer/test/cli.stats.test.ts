@@ -7,19 +7,21 @@ import { seedEvents } from './support.js'
 
 const t = useTestDatabase()
 
-const EXPECTED = { pending: 5, inFlight: 1, struggling: 1, dead: 1, blocked: 1 }
+const EXPECTED = { pending: 5, inFlight: 1, struggling: 1, suspect: 1, dead: 1, blocked: 1 }
 
 beforeAll(async () => {
   buildCli()
   // a: 3 pending, its head 2 minutes old, its lane under a live lease; b: 2 pending, the head failed 3 times, the
-  // lane parked by a 409; c: its only event dead-lettered.
+  // lane parked by a 409, the head suspect (its takeovers reached its attempts); c: its only event dead-lettered.
   await seedEvents(t.db, ['a', 'b', 'c'], 1)
   await seedEvents(t.db, ['a', 'b'], 1)
   await seedEvents(t.db, ['a'], 1)
   await sql`UPDATE outbox SET created_at = now() - interval '125 seconds' WHERE aggregate_id = 'a' AND sequence = 1`.execute(
     t.db,
   )
-  await sql`UPDATE outbox SET attempts = 3 WHERE aggregate_id = 'b' AND sequence = 1`.execute(t.db)
+  await sql`UPDATE outbox SET attempts = 3, suspect = true WHERE aggregate_id = 'b' AND sequence = 1`.execute(
+    t.db,
+  )
   await sql`UPDATE outbox SET status = 'dead', dead_at = now(), attempts = 8 WHERE aggregate_id = 'c'`.execute(
     t.db,
   )
@@ -31,7 +33,7 @@ beforeAll(async () => {
 }, 120_000)
 
 const WATCH_LINE =
-  /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) lagSeconds=[\d.]+ pending=5 inFlight=1 struggling=1 dead=1 blocked=1$/
+  /^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z) lagSeconds=[\d.]+ pending=5 inFlight=1 struggling=1 suspect=1 dead=1 blocked=1$/
 
 describe.concurrent('outbox stats', () => {
   it('prints the figures as JSON that match the rows', async () => {
@@ -43,6 +45,7 @@ describe.concurrent('outbox stats', () => {
       'pending',
       'inFlight',
       'struggling',
+      'suspect',
       'dead',
       'blocked',
       'subscriptions',
@@ -82,13 +85,14 @@ describe.concurrent('outbox stats', () => {
     const result = await runCli(['stats'], cliEnv({ DATABASE_URL: t.url }))
     expect(result, result.stderr).toMatchObject({ code: 0, stderr: '' })
     const lines = result.stdout.trimEnd().split('\n')
-    expect(lines).toHaveLength(6)
+    expect(lines).toHaveLength(7)
     expect(lines[0]).toMatch(/^lag\s+\d+m \d\ds\s+age of the oldest undelivered event$/)
     expect(lines[1]).toMatch(/^pending\s+5\s/)
     expect(lines[2]).toMatch(/^in flight\s+1\s/)
     expect(lines[3]).toMatch(/^struggling\s+1\s+lane heads that failed 3\+ times$/)
-    expect(lines[4]).toMatch(/^dead\s+1\s+see: outbox dead-letters list$/)
-    expect(lines[5]).toMatch(/^blocked\s+1\s+lanes parked/)
+    expect(lines[4]).toMatch(/^suspect\s+1\s+heads whose relays died sending them: each is sent alone$/)
+    expect(lines[5]).toMatch(/^dead\s+1\s+see: outbox dead-letters list$/)
+    expect(lines[6]).toMatch(/^blocked\s+1\s+lanes parked/)
   })
 
   it('--watch prints a line per tick when not on a terminal and stops cleanly on SIGINT', async ({
@@ -120,8 +124,8 @@ describe.concurrent('outbox stats', () => {
     watch.type('\x03')
     const result = await watch.exited
     expect(result.code, result.stdout).toBe(0)
-    // Each frame after the first moves the cursor up over the previous one (8 lines) and clears below it.
-    expect(result.stdout.split('\x1b[8A\x1b[0J').length - 1).toBe(frames() - 1)
+    // Each frame after the first moves the cursor up over the previous one (9 lines) and clears below it.
+    expect(result.stdout.split('\x1b[9A\x1b[0J').length - 1).toBe(frames() - 1)
     expect(result.stdout).toMatch(/outbox stats · \S+ · schema public · every 0\.1s · .* \(Ctrl-C to stop\)/)
     expect(result.stdout).toMatch(/dead\s+1\s+see: outbox dead-letters list/)
   })

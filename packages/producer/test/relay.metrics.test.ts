@@ -86,6 +86,7 @@ describe('Prometheus metrics', () => {
       expect(metricValue(text, 'outbox_blocked_lanes')).toBe(current.blocked)
       expect(metricValue(text, 'outbox_in_flight_lanes')).toBe(0)
       expect(metricValue(text, 'outbox_struggling_lanes')).toBe(0)
+      expect(metricValue(text, 'outbox_suspect_lanes')).toBe(0)
       expect(text).toMatch(
         /^# HELP outbox_pending Deprecated \(removed in 0\.3\.0\): use outbox_pending_events\./m,
       )

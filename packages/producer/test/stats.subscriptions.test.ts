@@ -9,7 +9,14 @@ const t = useTestDatabase()
 
 let ids: Record<string, string> = {}
 
-const FIGURES: readonly (keyof StatsFigures)[] = ['pending', 'inFlight', 'struggling', 'dead', 'blocked']
+const FIGURES: readonly (keyof StatsFigures)[] = [
+  'pending',
+  'inFlight',
+  'struggling',
+  'suspect',
+  'dead',
+  'blocked',
+]
 
 async function enqueueTo(aggregateId: string, count: number, tenant?: string): Promise<void> {
   for (let n = 0; n < count; n++) {
@@ -36,10 +43,12 @@ beforeAll(async () => {
   ids = await storeSubscriptions(t.db, { a: {}, b: { tenant: 'acme' } })
   await enqueueTo('x', 3, 'acme')
   await enqueueTo('y', 2)
-  // a: its lane of y under a live lease, its head of x failed 3 times.
+  // a: its lane of y under a live lease, its head of x failed 3 times and suspect (its takeovers reached them).
   await sql`UPDATE outbox_lane SET claim_token = gen_random_uuid(), leased_until = now() + interval '1 hour'
     WHERE ${rowsOf('a', 'y')}`.execute(t.db)
-  await sql`UPDATE outbox SET attempts = 3 WHERE ${rowsOf('a', 'x')} AND sequence = 1`.execute(t.db)
+  await sql`UPDATE outbox SET attempts = 3, suspect = true WHERE ${rowsOf('a', 'x')} AND sequence = 1`.execute(
+    t.db,
+  )
   // b: the SAME event x#1 dead-lettered there alone, its lane of x parked by a 409, its x#2 five minutes old.
   await sql`UPDATE outbox SET status = 'dead', dead_at = now(), attempts = 8 WHERE ${rowsOf('b', 'x')} AND sequence = 1`.execute(
     t.db,
@@ -65,6 +74,7 @@ describe('stats per subscription', () => {
       pending: 5,
       inFlight: 1,
       struggling: 1,
+      suspect: 1,
       dead: 0,
       blocked: 0,
     })
@@ -75,6 +85,7 @@ describe('stats per subscription', () => {
       pending: 2,
       inFlight: 0,
       struggling: 0,
+      suspect: 0,
       dead: 1,
       blocked: 1,
     })
@@ -112,13 +123,13 @@ describe('stats per subscription', () => {
       const lines = text.stdout.trimEnd().split('\n')
       // The totals as a single-endpoint outbox prints them, then a row per subscription.
       expect(lines[1]).toMatch(/^pending\s+7\s/)
-      expect(lines[6]).toBe('')
-      expect(lines[7]).toMatch(
+      expect(lines[7]).toBe('')
+      expect(lines[8]).toMatch(
         /^SUBSCRIPTION\s+STATE\s+BREAKER\s+TENANT\s+LAG\s+PENDING\s+IN FLIGHT\s+STRUGGLING\s+DEAD\s+BLOCKED$/,
       )
-      expect(lines[8]).toMatch(/^default\s+disabled\s+closed\s+-\s+0s\s+0\s+0\s+0\s+1\s+0$/)
-      expect(lines[9]).toMatch(/^a\s+enabled\s+closed\s+-\s+\S+\s+5\s+1\s+1\s+0\s+0$/)
-      expect(lines[10]).toMatch(/^b\s+disabled\s+closed\s+acme\s+5m 0\ds\s+2\s+0\s+0\s+1\s+1$/)
+      expect(lines[9]).toMatch(/^default\s+disabled\s+closed\s+-\s+0s\s+0\s+0\s+0\s+1\s+0$/)
+      expect(lines[10]).toMatch(/^a\s+enabled\s+closed\s+-\s+\S+\s+5\s+1\s+1\s+0\s+0$/)
+      expect(lines[11]).toMatch(/^b\s+disabled\s+closed\s+acme\s+5m 0\ds\s+2\s+0\s+0\s+1\s+1$/)
       expect(text.stderr).toBe(
         'warning: disabled subscription b holds 2 pending events; they pin pruning: enable or delete it\n',
       )

@@ -179,6 +179,7 @@ Prints the outbox's health from one consistent snapshot:
   pending     events not delivered yet (including lanes waiting in backoff)
   in flight   lanes a relay holds under a live lease
   struggling  lane heads that failed 3 or more times and are still retried
+  suspect     lane heads whose relays died sending them as often as their attempts allow: each is sent alone
   dead        dead-lettered events (outbox dead-letters list)
   blocked     lanes parked by a 409 from the consumer or by --on-exhausted block
 With stored subscriptions, the same figures follow per subscription (and DROPPED, once outbox prune has dropped
@@ -186,7 +187,7 @@ deliveries a disabled subscription held past the disabled retention); a disabled
 events is warned about on stderr, with when prune starts to drop them.
 
 Options:
-  --json                 print JSON: {"lagSeconds", "pending", "inFlight", "struggling", "dead", "blocked",
+  --json                 print JSON: {"lagSeconds", "pending", "inFlight", "struggling", "suspect", "dead", "blocked",
                          "subscriptions": [{"id", "name", "state", "tenant", …the same figures}], "warnings"}
   --watch                refresh until Ctrl-C: redraws in place on a terminal, one line per refresh otherwise
                          (one JSON object per line with --json, with a "time" field)

@@ -31,6 +31,11 @@ function table(snapshot: OutboxStats, strugglingAttempts: number): string[] {
       String(snapshot.struggling),
       hint(snapshot.struggling, `lane heads that failed ${strugglingAttempts}+ times`),
     ],
+    [
+      'suspect',
+      String(snapshot.suspect),
+      hint(snapshot.suspect, 'heads whose relays died sending them: each is sent alone'),
+    ],
     ['dead', String(snapshot.dead), hint(snapshot.dead, 'see: outbox dead-letters list')],
     [
       'blocked',
@@ -104,6 +109,7 @@ const FIGURES: readonly (keyof StatsFigures)[] = [
   'pending',
   'inFlight',
   'struggling',
+  'suspect',
   'dead',
   'blocked',
 ]

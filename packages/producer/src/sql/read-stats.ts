@@ -27,6 +27,7 @@ export interface SubscriptionStatsRow {
   last_dropped_at: Date | null
   pending: string
   struggling: string
+  suspect: string
   dead: string
   in_flight: string
   blocked: string
@@ -42,7 +43,7 @@ export interface SubscriptionStatsRow {
  * a row waiting in a retry backoff or behind a park has its `available_at` in the future, so `available_at <= now()`
  * is exactly "a relay could send it now"); `dead` from the partial dead index; lane figures from the lane table's partial
  * indexes (leased, blocked). `struggling` counts rows with three or more attempts: only a lane's head ever
- * accumulates attempts, so that is the number of struggling heads.
+ * accumulates attempts, so that is the number of struggling heads; `suspect` (migration 0019) is a head's flag too.
  */
 export async function readStats(
   ctx: SqlContext,
@@ -59,7 +60,8 @@ export async function readStats(
     WITH pending AS (
       SELECT o.subscription_id, min(o.created_at) AS oldest,
              min(o.created_at) FILTER (WHERE o.available_at <= now()) AS oldest_due, count(*) AS pending,
-             count(*) FILTER (WHERE o.attempts >= ${strugglingAttempts}) AS struggling
+             count(*) FILTER (WHERE o.attempts >= ${strugglingAttempts}) AS struggling,
+             count(*) FILTER (WHERE o.suspect) AS suspect
       FROM ${outbox} o WHERE o.status = 'pending'
       GROUP BY o.subscription_id
     ), dead AS (
@@ -84,6 +86,7 @@ export async function readStats(
            extract(epoch FROM now() - p.oldest_due) AS oldest_due_seconds, s.disabled_at, s.disabled_reason,
            coalesce(s.dropped_deliveries, 0) AS dropped_deliveries, s.last_dropped_at,
            coalesce(p.pending, 0) AS pending, coalesce(p.struggling, 0) AS struggling,
+           coalesce(p.suspect, 0) AS suspect,
            coalesce(d.dead, 0) AS dead, coalesce(f.in_flight, 0) AS in_flight, coalesce(b.blocked, 0) AS blocked
     FROM ids
     LEFT JOIN ${subscription} s ON s.id = ids.subscription_id
