@@ -5,18 +5,9 @@ import { CORE, type ConsumerCore } from '../src/core/internal.js'
 import { createLargeBodyPace, FREE_BODY_BYTES } from '../src/core/large-body-pace.js'
 import { type Consumer, createConsumer } from '../src/index.js'
 import { ADAPTERS, type Running, requestHead, startServer } from './servers.js'
-import { delivery, makeEvent, newSecret, post, quiet } from './support.js'
+import { delivery, makeEvent, newSecret, post, quiet, until } from './support.js'
 
 const t = useTestDatabase()
-
-/** Waits for `condition` with a generous ceiling: a verdict never depends on how fast this machine is. */
-async function until(condition: () => boolean, what: string, ceilingMs = 30_000): Promise<void> {
-  const giveUp = Date.now() + ceilingMs
-  while (!condition()) {
-    if (Date.now() > giveUp) throw new Error(`gave up waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-}
 
 describe('the pace of large bodies (a virtual schedule)', () => {
   it('reads a burst at once, then each chunk after the bytes scheduled before it, and restarts after a quiet spell', () => {

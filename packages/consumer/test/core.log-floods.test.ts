@@ -2,7 +2,7 @@ import { useTestDatabase } from '@outbox/test-harness'
 import { afterEach, describe, expect, it } from 'vitest'
 import { createConsumer } from '../src/index.js'
 import { type Running, startServer } from './servers.js'
-import { delivery, makeEvent, newSecret, post, recordingLogger } from './support.js'
+import { delivery, makeEvent, newSecret, post, recordingLogger, until } from './support.js'
 
 const t = useTestDatabase()
 
@@ -10,14 +10,6 @@ const running: Running[] = []
 afterEach(async () => {
   for (const server of running.splice(0)) await server.close()
 })
-
-async function until(condition: () => boolean, what: string, ceilingMs = 30_000): Promise<void> {
-  const giveUp = Date.now() + ceilingMs
-  while (!condition()) {
-    if (Date.now() > giveUp) throw new Error(`gave up waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-}
 
 describe('a flood of refusals', () => {
   it('is one warn line per code per interval with a count; each request is at debug', async () => {

@@ -4,21 +4,12 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { CORE, type ConsumerCore } from '../src/core/internal.js'
 import { type Consumer, createConsumer } from '../src/index.js'
 import { ADAPTERS, type Running, requestHead, startServer } from './servers.js'
-import { delivery, makeEvent, newSecret, post, quiet, recordingLogger } from './support.js'
+import { delivery, makeEvent, newSecret, post, quiet, recordingLogger, until } from './support.js'
 
 const t = useTestDatabase()
 
 const MAX_BODY_BYTES = 64 * 1024
 const SLOTS = 4
-
-/** Waits for `condition` with a generous ceiling: a verdict never depends on how fast this machine is. */
-async function until(condition: () => boolean, what: string, ceilingMs = 30_000): Promise<void> {
-  const giveUp = Date.now() + ceilingMs
-  while (!condition()) {
-    if (Date.now() > giveUp) throw new Error(`gave up waiting for ${what}`)
-    await new Promise((resolve) => setTimeout(resolve, 10))
-  }
-}
 
 /** A client that sends well-formed signed headers and then trickles its body a byte at a time, never finishing. */
 interface Trickler {

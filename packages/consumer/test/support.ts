@@ -143,6 +143,15 @@ export function post(
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
+/** Waits for `condition` with a generous ceiling: a verdict never depends on how fast this machine is. */
+export async function until(condition: () => boolean, what: string, ceilingMs = 30_000): Promise<void> {
+  const giveUp = Date.now() + ceilingMs
+  while (!condition()) {
+    if (Date.now() > giveUp) throw new Error(`gave up waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
 /** The table the test handlers write their effect to. */
 export async function createEffects(db: Kysely<any>): Promise<void> {
   await sql`CREATE TABLE IF NOT EXISTS effects (
