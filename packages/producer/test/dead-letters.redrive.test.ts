@@ -68,6 +68,7 @@ describe('stats', () => {
       pending: 0,
       inFlight: 0,
       struggling: 0,
+      suspect: 0,
       dead: 0,
       blocked: 0,
       // The implicit subscription is listed while it is enabled, even idle.
@@ -82,6 +83,7 @@ describe('stats', () => {
           pending: 0,
           inFlight: 0,
           struggling: 0,
+          suspect: 0,
           dead: 0,
           blocked: 0,
           dropped: 0,
