@@ -90,5 +90,27 @@ describe('large bodies are paced; real deliveries are not', () => {
       // (The fetch adapter's server hands over the body it buffered: the pace holds its verification, not its bytes.)
       if (adapter !== 'fetch') expect(gate.bytes).toBeLessThan(FREE_BODY_BYTES + 2 * 65_536 + 1024)
     })
+
+    it(`a body whose turn comes after its deadline is answered 408 and lets go of everything it held (${adapter})`, async () => {
+      const secret = newSecret()
+      const consumer = createConsumer({
+        db: t.db,
+        secret,
+        logger: quiet,
+        maxBodyBytes: 1024 * 1024,
+        largeBodyBytesPerSecond: 4096,
+        bodyTimeoutMs: 300,
+      })
+      const refused: string[] = []
+      consumer.on('receipt:refused', ({ code }) => refused.push(code))
+      const server = await startServer(adapter, consumer, { handler: () => {} })
+      running.push(server)
+      forgers.push(forge(server.port, secret, 512 * 1024))
+      await until(() => refused.length === 1, 'the paced body to be answered')
+      expect(refused).toEqual(['request_timeout'])
+      const gate = gateOf(consumer)
+      expect(gate.reading).toBe(0)
+      expect(gate.bytes).toBe(0)
+    })
   }
 })

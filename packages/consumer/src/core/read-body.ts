@@ -74,7 +74,6 @@ function pacedBytes(before: number, chunk: number): number {
 }
 
 const EMPTY = new Uint8Array(0)
-const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 const encoder = new TextEncoder()
 const ignore = () => {}
 
@@ -145,8 +144,10 @@ function readNodeStream(
       chunks.push(bytes)
       const waitMs = paced > 0 ? pace!.wait(paced) : 0
       if (waitMs > 0) {
-        // Unread until its turn: the sender is held back by TCP meanwhile. 'end' cannot come while paused.
+        // Unread until its turn: the sender is held back by TCP meanwhile. 'end' cannot come while paused. A chunk
+        // that came before the pause took effect has a later turn: its timer replaces the earlier one.
         stream.pause()
+        clearTimeout(resume)
         resume = setTimeout(() => {
           if (!settled) stream.resume()
         }, waitMs)
@@ -216,8 +217,14 @@ async function readChunks(
       chunks.push(bytes)
       const waitMs = paced > 0 ? pace!.wait(paced) : 0
       // Not pulled until its turn (see large-body-pace.ts); the deadline still runs.
-      if (waitMs > 0 && (await Promise.race([sleep(waitMs), time.expired])) === 'timeout') {
-        return fail({ ok: false, reason: 'timeout' })
+      if (waitMs > 0) {
+        let timer: ReturnType<typeof setTimeout> | undefined
+        const turn = new Promise<void>((resolve) => {
+          timer = setTimeout(resolve, waitMs)
+        })
+        const outcome = await Promise.race([turn, time.expired])
+        clearTimeout(timer)
+        if (outcome === 'timeout') return fail({ ok: false, reason: 'timeout' })
       }
     }
   } catch (error) {
