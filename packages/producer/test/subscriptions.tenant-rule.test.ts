@@ -32,14 +32,24 @@ afterAll(async () => {
   await Promise.all(pools.map((pool) => pool.end()))
 })
 
-async function waitUntil(check: () => Promise<boolean>): Promise<void> {
-  for (let i = 0; i < 200 && !(await check()); i++) await new Promise((resolve) => setTimeout(resolve, 25))
+/** Waits for `check` with a generous ceiling, and fails rather than going on without it. */
+async function waitUntil(check: () => Promise<boolean>, what: string): Promise<void> {
+  const giveUp = Date.now() + 60_000
+  while (!(await check())) {
+    if (Date.now() > giveUp) throw new Error(`gave up waiting for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
 }
 
-/** Sessions of this database waiting for a lock of the kind given. */
+/**
+ * Sessions of THIS database waiting for a lock of the kind given. pg_locks is the whole cluster's: other test files
+ * run beside this one, each in a database of its own, and their waits must not count here.
+ */
 async function waiting(kind: 'advisory' | 'relation'): Promise<boolean> {
   const { rows } = await sql<{ n: string }>`
-    SELECT count(*) AS n FROM pg_locks WHERE NOT granted AND locktype = ${kind}`.execute(t.db)
+    SELECT count(*) AS n FROM pg_locks
+    WHERE NOT granted AND locktype = ${kind}
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`.execute(t.db)
   return Number(rows[0]!.n) > 0
 }
 
@@ -82,12 +92,12 @@ describe('the explicit-tenant rule', () => {
         name: 'globex',
         tenant: 'globex',
       })
-      await waitUntil(() => waiting('relation'))
+      await waitUntil(() => waiting('relation'), 'the create with a tenant to wait on the audit table')
       const without = createSubscription(second, { url: 'https://internal.example/c', name: 'c' }).then(
         () => 'created',
         (error: { option?: string }) => `refused (${error.option})`,
       )
-      await waitUntil(() => waiting('advisory'))
+      await waitUntil(() => waiting('advisory'), 'the create without a tenant to wait on the rule lock')
       await holder.query('COMMIT')
       const created = await withTenant
       expect(await without).toBe('refused (tenant)')
