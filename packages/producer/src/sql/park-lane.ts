@@ -1,11 +1,13 @@
 import { sql } from 'kysely'
+import { ASYNC_COMMIT } from './async-commit.js'
 import { type AttemptRecord, attemptLogCte } from './delivery-attempt-log.js'
 import type { SqlContext } from './sql-context.js'
 
 /**
  * Parks a lane after a 409 (the consumer waits for an earlier sequence it never got): NOT an attempt — the head's
  * attempts stay, though the delivery log records the request — but the lane is reported blocked and waits a capped, growing delay before it tries again,
- * because waiting alone never heals the gap. Releases the lane; fenced by the claim token.
+ * because waiting alone never heals the gap. Releases the lane; fenced by the claim token. Committed without waiting
+ * for the WAL flush ({@link ASYNC_COMMIT}): a lost park is a lease that ends.
  */
 export async function parkLane(
   ctx: SqlContext,
@@ -45,6 +47,6 @@ export async function parkLane(
         AND o.aggregate_id = released.aggregate_id
         AND o.status = 'pending' AND o.id <> ${park.id}
     )
-    SELECT EXISTS (SELECT 1 FROM released) AS owned`.execute(db)
+    SELECT EXISTS (SELECT 1 FROM released) AS owned, ${ASYNC_COMMIT}`.execute(db)
   return rows[0]?.owned === true
 }

@@ -1,4 +1,5 @@
 import { sql } from 'kysely'
+import { ASYNC_COMMIT } from './async-commit.js'
 import { attemptLogCte } from './delivery-attempt-log.js'
 import {
   type FailureHealth,
@@ -14,6 +15,8 @@ import type { SqlContext } from './sql-context.js'
  * Records a failed attempt on a lane's head, sets the whole lane's due time to `delayMs` from now (database time)
  * and releases the lane — one statement, fenced by the claim token (a stale owner changes nothing). The head's
  * first failure time is kept (set by its first failed attempt), for the give-up horizon.
+ *
+ * Committed without waiting for the WAL flush ({@link ASYNC_COMMIT}): a lost schedule is a lease that ends.
  *
  * A provisional takeover charge (see `provisional`) is recorded apart from the attempts, which it never exhausts.
  *
@@ -71,6 +74,6 @@ export async function scheduleRetry(
         AND o.aggregate_id = released.aggregate_id
         AND o.status = 'pending' AND o.id <> ${failure.id}
     )
-    SELECT EXISTS (SELECT 1 FROM released) AS owned, ${healthColumns}`.execute(db)
+    SELECT EXISTS (SELECT 1 FROM released) AS owned, ${healthColumns}, ${ASYNC_COMMIT}`.execute(db)
   return { owned: rows[0]?.owned === true, ...healthOutcome(rows[0]?.health) }
 }
