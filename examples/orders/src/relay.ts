@@ -50,7 +50,7 @@ export interface RelaySettings {
   readonly pollIntervalMs?: number
   /**
    * Stored subscriptions' endpoint breaker (failures in a row pause an endpoint until a probe answers), or false.
-   * @defaultValue the library's: 20 failures, then probes after 10 s, doubling to 10 min
+   * @defaultValue the library's: 10 failures, then probes after 10 s, doubling to 10 min
    */
   readonly endpointBreaker?: EndpointBreakerOptions | false
   /** Prometheus metrics on your prom-client registry. @defaultValue off */
