@@ -15,6 +15,7 @@ import {
 function databaseOptions(width = 21): string {
   return [
     ['--database-url <url>', 'PostgreSQL connection string                     [env: DATABASE_URL]'],
+    ['', 'one holding a password is refused (ps shows it): use DATABASE_URL'],
     ['--schema <name>', 'schema of the producer tables (default public)   [env: OUTBOX_SCHEMA]'],
     ['-h, --help', 'show this help'],
   ]
