@@ -4,9 +4,12 @@ import { migrate } from '@outbox/producer'
 import { Kysely, PostgresDialect } from 'kysely'
 import pg from 'pg'
 
-const db = new Kysely<any>({
-  dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) }),
-})
+const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL })
+// Without these two, one database restart crashes the process (see the root README's "Every pg.Pool needs two
+// error listeners").
+pool.on('error', (error) => console.warn('idle connection lost', error.message))
+pool.on('connect', (client) => client.on('error', (error) => console.warn('connection lost', error.message)))
+const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
 await migrate(db) // or migrate(db, { schema: 'outbox' })
 
 // #endregion schema

@@ -156,17 +156,36 @@ describe('slow bodies', () => {
     expect(answer.json).toEqual({ status: 'applied', eventId: event.eventId })
   })
 
-  it('warns at start-up when the server has no request timeout (Fastify 5 by default, a Node server set to 0)', async () => {
+  const timeoutWarnings = (logger: ReturnType<typeof recordingLogger>) =>
+    logger.lines.filter((line) => line.level === 'warn' && line.msg.includes('no request timeout'))
+
+  it('the Fastify plugin warns at registration when the server has no request timeout (Fastify 5 by default), a Node server on its default does not warn', async () => {
     const logger = recordingLogger()
     const consumer = createConsumer({ db: t.db, secret: newSecret(), logger })
-    const timeoutWarnings = () =>
-      logger.lines.filter((line) => line.level === 'warn' && line.msg.includes('no request timeout'))
     running.push(await startServer('fastify', consumer, { handler: () => {} }))
-    expect(timeoutWarnings().map((line) => line.meta?.server)).toEqual(['Fastify'])
+    expect(timeoutWarnings(logger).map((line) => line.meta?.server)).toEqual(['Fastify'])
 
     const node = await startServer('node', consumer, { handler: () => {} }) // Node's default: 300 s
     running.push(node)
     await post(node.url, '{}', { 'content-type': 'application/json' })
-    expect(timeoutWarnings()).toHaveLength(1)
+    expect(timeoutWarnings(logger)).toHaveLength(1)
   })
+
+  // These adapters are a plain (req, res) function: they meet their server only through a request's socket, so
+  // the warning comes at the first request, and only once however many follow.
+  for (const adapter of ['node', 'express5', 'express4'] as const) {
+    it(`warns once, at the first request, when the Node server under the ${adapter} adapter has requestTimeout 0`, async () => {
+      const logger = recordingLogger()
+      const consumer = createConsumer({ db: t.db, secret: newSecret(), logger })
+      const server = await startServer(adapter, consumer, { handler: () => {} }, { requestTimeout: 0 })
+      running.push(server)
+      expect(timeoutWarnings(logger)).toHaveLength(0)
+
+      await post(server.url, '{}', { 'content-type': 'application/json' })
+      await post(server.url, '{}', { 'content-type': 'application/json' })
+      expect(timeoutWarnings(logger).map((line) => line.meta)).toEqual([
+        { server: 'node:http', requestTimeoutMs: 0 },
+      ])
+    })
+  }
 })

@@ -34,7 +34,17 @@ function closeServer(server: Server): Promise<void> {
   })
 }
 
-async function listenNode(server: Server): Promise<Running> {
+/** How the test configures the server itself, where the adapter has a Node `http` server under it. */
+export interface ServerSettings {
+  /**
+   * The server's request timeout in ms (`0` turns it off): Node's `server.requestTimeout` under the Node-based
+   * adapters, `Fastify({ requestTimeout })` under Fastify. Unset, each server keeps its own default.
+   */
+  readonly requestTimeout?: number
+}
+
+async function listenNode(server: Server, settings: ServerSettings = {}): Promise<Running> {
+  if (settings.requestTimeout !== undefined) server.requestTimeout = settings.requestTimeout
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
   const address = server.address()
   if (address === null || typeof address === 'string') throw new Error('no port')
@@ -43,20 +53,25 @@ async function listenNode(server: Server): Promise<Running> {
 
 /**
  * Starts `adapter` with the consumer mounted at `/hooks` for every method (so a GET reaches the consumer's 405,
- * not the framework's 404), the way that framework's users mount it.
+ * not the framework's 404), the way that framework's users mount it, on a server configured with `settings`.
  */
-export async function startServer(adapter: AdapterName, consumer: Consumer, mount: Mount): Promise<Running> {
+export async function startServer(
+  adapter: AdapterName,
+  consumer: Consumer,
+  mount: Mount,
+  settings: ServerSettings = {},
+): Promise<Running> {
   const adapterOptions = mount.onError === undefined ? undefined : { onError: mount.onError }
   switch (adapter) {
     case 'express5': {
       const app = express()
       app.all('/hooks', consumer.dedupe(mount.handler, adapterOptions))
-      return listenNode(createServer(app))
+      return listenNode(createServer(app), settings)
     }
     case 'express4': {
       const app = express4()
       app.all('/hooks', consumer.dedupe(mount.handler, adapterOptions) as express4.RequestHandler)
-      return listenNode(createServer(app))
+      return listenNode(createServer(app), settings)
     }
     case 'fetch': {
       const app = new Hono()
@@ -67,6 +82,7 @@ export async function startServer(adapter: AdapterName, consumer: Consumer, moun
           resolve(started as Server),
         )
       })
+      if (settings.requestTimeout !== undefined) server.requestTimeout = settings.requestTimeout
       const address = server.address()
       if (address === null || typeof address === 'string') throw new Error('no port')
       return { url: `http://127.0.0.1:${address.port}`, port: address.port, close: () => closeServer(server) }
@@ -78,10 +94,13 @@ export async function startServer(adapter: AdapterName, consumer: Consumer, moun
           if (req.url === '/hooks') return hooks(req, res)
           res.writeHead(404).end()
         }),
+        settings,
       )
     }
     case 'fastify': {
-      const app = Fastify()
+      const app = Fastify(
+        settings.requestTimeout === undefined ? {} : { requestTimeout: settings.requestTimeout },
+      )
       await app.register(outboxWebhooks, {
         consumer,
         path: '/hooks',

@@ -27,6 +27,9 @@ function isQueryReadTimeout(error: unknown): boolean {
  * const pool = dropTimedOutConnections(
  *   new pg.Pool({ connectionString: process.env.DATABASE_URL, query_timeout: 35_000, statement_timeout: 30_000 }),
  * )
+ * // A connection the server or the network cut emits 'error': with no listener, that crashes the process.
+ * pool.on('error', () => {}) // an idle one: the pool replaces it
+ * pool.on('connect', (client) => client.on('error', () => {})) // one lent out: its query fails instead
  * ```
  */
 export function dropTimedOutConnections<P extends pg.Pool>(pool: P): P {

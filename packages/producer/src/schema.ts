@@ -213,7 +213,11 @@ export interface MigrateOptions {
  * import { Kysely, PostgresDialect } from 'kysely'
  * import pg from 'pg'
  * import { migrate } from '@outbox/producer'
- * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool: new pg.Pool({ connectionString: process.env.DATABASE_URL }) }) })
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL })
+ * // Without these two, one database restart crashes the process: pg emits 'error' on the pool or the client.
+ * pool.on('error', (error) => console.warn('idle connection lost', error.message))
+ * pool.on('connect', (client) => client.on('error', (error) => console.warn('connection lost', error.message)))
+ * const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) })
  * await migrate(db, { schema: 'public' })
  * ```
  */

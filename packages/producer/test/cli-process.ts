@@ -290,3 +290,14 @@ export function expectFailure(result: CliResult, exitCode: number, pattern: RegE
 
 /** A connection string to a port nothing listens on (connection refused). */
 export const REFUSED_URL = 'postgres://postgres:s3cret-password@127.0.0.1:1/outbox'
+
+/**
+ * `url` without its password, and the password apart: what a command line may carry (a password in
+ * `--database-url` is refused) and what goes in `PGPASSWORD`, which pg reads when the URL has none.
+ */
+export function withoutPassword(url: string): { readonly url: string; readonly password: string } {
+  const parsed = new URL(url)
+  const password = decodeURIComponent(parsed.password)
+  parsed.password = ''
+  return { url: parsed.toString(), password }
+}

@@ -4,7 +4,7 @@ import { sql } from 'kysely'
 import pg from 'pg'
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest'
 import { PRODUCER_MIGRATION_TABLE, stats } from '../src/index.js'
-import { buildCli, cliEnv, expectFailure, runCli } from './cli-process.js'
+import { buildCli, cliEnv, expectFailure, runCli, withoutPassword } from './cli-process.js'
 
 const t = useTestDatabase()
 
@@ -57,7 +57,12 @@ describe.concurrent('outbox migrate', () => {
     expect(first, first.stderr).toMatchObject({ code: 0, stderr: '' })
     expect(first.stdout).toBe(`producer tables in schema "public" of ${fresh} are up to date\n`)
     expect(await tablesIn(url, 'public')).toEqual(PRODUCER_TABLES)
-    const again = await runCli(['migrate', '--database-url', url], cliEnv())
+    // The URL on the command line without its password (which is refused there), the password in PGPASSWORD.
+    const typed = withoutPassword(url)
+    const again = await runCli(
+      ['migrate', '--database-url', typed.url],
+      cliEnv({ PGPASSWORD: typed.password }),
+    )
     expect(again).toMatchObject({ code: 0, stdout: first.stdout, stderr: '' })
   })
 

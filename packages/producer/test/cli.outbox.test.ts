@@ -13,9 +13,12 @@ import {
   DEFAULT_RETRY_SCHEDULE,
   STRUGGLING_ATTEMPTS,
 } from '../src/index.js'
-import { buildCli, cliEnv, expectFailure, REFUSED_URL, runCli } from './cli-process.js'
+import { buildCli, cliEnv, expectFailure, REFUSED_URL, runCli, withoutPassword } from './cli-process.js'
 
 const t = useTestDatabase()
+
+/** Encryption keys for `secrets reencrypt`, which wants them before it looks at the database. */
+const KEYS = `k1:${Buffer.alloc(32, 1).toString('base64')}`
 
 beforeAll(() => buildCli(), 120_000)
 
@@ -126,6 +129,39 @@ describe.concurrent('outbox (top level)', () => {
     for (const result of results) expect(result.stderr).not.toContain('s3cr')
   })
 
+  it('refuses a password in --database-url in every command, naming DATABASE_URL, without echoing it', async () => {
+    // A port nothing listens on: without the refusal each command would try to connect and fail otherwise.
+    const typed = 'postgres://app:pa55-typed@127.0.0.1:1/outbox'
+    const commands = [
+      ...COMMANDS.filter(([name]) => name !== 'relay'),
+      ['doctor'],
+      ['subscriptions', 'list'],
+      ['subscriptions', 'rotate-secret', 'acme'],
+      ['lanes', 'list', '--state', 'blocked'],
+      ['audit'],
+      ['secrets', 'reencrypt'],
+    ]
+    const results = await Promise.all(
+      commands.map((args) =>
+        runCli([...args, '--database-url', typed], cliEnv({ OUTBOX_SECRET_KEYS: KEYS })),
+      ),
+    )
+    results.forEach((result, index) => {
+      const line = expectFailure(
+        result,
+        2,
+        /--database-url holds a password, which ps shows to every user of this machine: put the URL in DATABASE_URL instead, or leave the password out of it and set PGPASSWORD$/,
+      )
+      expect(line, commands[index]!.join(' ')).not.toContain('pa55-typed')
+    })
+    // The relay says so too, and names the file it can also read the URL from (cli.relay-settings.test.ts).
+    expectFailure(
+      await runCli(['relay', '--endpoint', 'http://127.0.0.1:9/hooks', '--database-url', typed], cliEnv()),
+      2,
+      /--database-url holds a password.*DATABASE_URL or --database-url-file/,
+    )
+  })
+
   it('reports an unreachable database in every command but the relay: host and port, check DATABASE_URL, exit 1', async () => {
     // The relay waits for its database instead (cli.relay-database-wait.test.ts): it may be started beside it.
     const results = await Promise.all(
@@ -176,10 +212,11 @@ describe.concurrent('outbox (top level)', () => {
     expectFailure(env, 2, /OUTBOX_SCHEMA must be a lower-case SQL identifier/)
   })
 
-  it('lets flags win over the environment', async () => {
+  it('lets flags win over the environment, with the password in PGPASSWORD as the refusal advises', async () => {
+    const { url, password } = withoutPassword(t.url)
     const result = await runCli(
-      ['stats', '--json', '--database-url', t.url],
-      cliEnv({ DATABASE_URL: REFUSED_URL }),
+      ['stats', '--json', '--database-url', url],
+      cliEnv({ DATABASE_URL: REFUSED_URL, PGPASSWORD: password }),
     )
     expect(result.code, result.stderr).toBe(0)
     expect(JSON.parse(result.stdout)).toMatchObject({ pending: 0 })

@@ -140,6 +140,42 @@ describe.concurrent('outbox subscriptions', () => {
     expect(full.stdout).toContain('https://hook:pw@mask.example/in?token=t0k3n')
   })
 
+  it('rotate-secret warns about --secret on the command line as create does, and not about OUTBOX_SECRET', async () => {
+    const env = cliEnv({ DATABASE_URL: t.url })
+    const added = await runCli(
+      [
+        'subscriptions',
+        'create',
+        '--url',
+        'https://rotate.example/hooks',
+        '--name',
+        'cli-rotate',
+        '--all-tenants',
+      ],
+      env,
+    )
+    expect(added, added.stderr).toMatchObject({ code: 0 })
+    expect(added.stderr).not.toMatch(/--secret on the command line/)
+
+    const typed = `whsec_${Buffer.alloc(32, 8).toString('base64')}`
+    const onArgv = await runCli(
+      ['subscriptions', 'rotate-secret', 'cli-rotate', '--overlap', '1h', '--secret', typed, '--json'],
+      env,
+    )
+    expect(onArgv, onArgv.stderr).toMatchObject({ code: 0 })
+    expect(JSON.parse(onArgv.stdout)).toEqual({ secret: typed })
+    expect(onArgv.stderr).toMatch(/--secret on the command line is shown by ps.*OUTBOX_SECRET/)
+
+    const fromEnv = `whsec_${Buffer.alloc(32, 9).toString('base64')}`
+    const inEnv = await runCli(
+      ['subscriptions', 'rotate-secret', 'cli-rotate', '--overlap', '1h', '--json'],
+      cliEnv({ DATABASE_URL: t.url, OUTBOX_SECRET: fromEnv }),
+    )
+    expect(inEnv, inEnv.stderr).toMatchObject({ code: 0 })
+    expect(JSON.parse(inEnv.stdout)).toEqual({ secret: fromEnv })
+    expect(inEnv.stderr).not.toMatch(/--secret on the command line/)
+  })
+
   it('adds with --start-at earliest and shows the backfill in show and list', async () => {
     const env = cliEnv({ DATABASE_URL: t.url })
     const added = await runCli(

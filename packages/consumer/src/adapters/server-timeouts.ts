@@ -7,9 +7,10 @@ const ADVICE =
   'server.headersTimeout; Fastify: Fastify({ requestTimeout, connectionTimeout })'
 
 /**
- * Warns once when the server in front of a consumer has no request timeout (`requestTimeout` 0: Fastify 5's
- * default, or a Node server configured so), since then nothing but the consumer's own body deadline ever closes a
- * connection that trickles its request.
+ * Warns when the server in front of a consumer has no request timeout (`requestTimeout` 0: Fastify 5's default,
+ * or a Node server configured so), since then nothing but the consumer's own body deadline ever closes a
+ * connection that trickles its request. Callers look once per mount: the Fastify plugin when it registers, the
+ * `node:http` and Express adapters at their first request ({@link onceCheckNodeServer}).
  */
 export function warnWithoutRequestTimeout(logger: Logger, server: string, requestTimeoutMs: unknown): void {
   if (requestTimeoutMs !== 0) return
@@ -22,8 +23,9 @@ export function warnWithoutRequestTimeout(logger: Logger, server: string, reques
 }
 
 /**
- * Returns a check that looks once, at the first request, at the Node server the request came through (the
- * adapters of `node:http` and Express only meet their server there) and warns if it has no request timeout.
+ * Returns a check that looks once, at the first request, at the Node server the request came through, and warns
+ * if it has no request timeout. Not earlier: these adapters are a plain `(req, res)` function handed to
+ * `http.createServer` or Express, so nothing reaches them from the server before a request's socket does.
  */
 export function onceCheckNodeServer(logger: Logger): (req: IncomingMessage) => void {
   let checked = false

@@ -15,6 +15,7 @@ import {
 function databaseOptions(width = 21): string {
   return [
     ['--database-url <url>', 'PostgreSQL connection string                     [env: DATABASE_URL]'],
+    ['', 'one holding a password is refused (ps shows it): use DATABASE_URL'],
     ['--schema <name>', 'schema of the producer tables (default public)   [env: OUTBOX_SCHEMA]'],
     ['-h, --help', 'show this help'],
   ]
@@ -149,8 +150,9 @@ Settings (create, update):
   --all-tenants                 receive every tenant's events (tenant '*'); once any subscription has a tenant,
                                 create without --tenant or --all-tenants is refused, so none gets them by omission
   --event-type <type>           receive only this type, exact or a prefix ending in * (order.*); repeatable
-  --secret <whsec_…>            (create) the signing secret; default: a new random one     [env: OUTBOX_SECRET]
+  --secret <whsec_…>            (create, rotate-secret) the signing secret; default: a new random one
                                 on the command line ps shows it (warned): prefer OUTBOX_SECRET
+                                                                                 [env: OUTBOX_SECRET]
   --actor <name>                who makes the change, in the audit log (every subcommand that changes
                                 something; default: the OS user)
   --max-in-flight <n>           most of its lanes in flight at once, across every relay

@@ -34,8 +34,20 @@ function fromEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
 }
 
 /**
+ * The refusal of a password typed in `--database-url`, by every command: `ps` shows every process's arguments to
+ * every user of the machine, for as long as the command runs. `instead` says where the password goes (the relay
+ * and the console also read the URL from a file).
+ */
+export function passwordOnCommandLine(instead: string): UsageError {
+  return new UsageError(
+    `--database-url holds a password, which ps shows to every user of this machine: ${instead}`,
+  )
+}
+
+/**
  * Resolves `--database-url`/`DATABASE_URL` and `--schema`/`OUTBOX_SCHEMA` (flags win) and checks the URL, so a
- * typo is reported as a usage error instead of surfacing later as a confusing connection failure.
+ * typo is reported as a usage error instead of surfacing later as a confusing connection failure. A password in
+ * `--database-url` is refused ({@link passwordOnCommandLine}), in every command as in the relay.
  */
 export function resolveDatabase(
   flags: { readonly 'database-url'?: string | undefined; readonly schema?: string | undefined },
@@ -65,6 +77,12 @@ export function resolveDatabase(
   if (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:') {
     throw new UsageError(
       `${source} must start with postgres:// or postgresql://, got ${parsed.protocol}// (e.g. postgres://user:password@host:5432/dbname)`,
+    )
+  }
+  if (source === '--database-url' && parsed.password !== '') {
+    // pg reads PGPASSWORD when the URL has none, so the password can stay out of the URL as well.
+    throw passwordOnCommandLine(
+      'put the URL in DATABASE_URL instead, or leave the password out of it and set PGPASSWORD',
     )
   }
   const schemaFlag = flags.schema?.trim()

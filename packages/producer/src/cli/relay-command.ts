@@ -10,7 +10,13 @@ import type { CliIo } from './command.js'
 import { explainDatabaseError } from './describe-error.js'
 import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer, type Producer } from './load-producer.js'
-import { connectionConfig, type DatabaseTarget, resolveDatabase, withDatabase } from './open-database.js'
+import {
+  connectionConfig,
+  type DatabaseTarget,
+  passwordOnCommandLine,
+  resolveDatabase,
+  withDatabase,
+} from './open-database.js'
 import { flagMessage } from './option-flags.js'
 import {
   choiceFlag,
@@ -167,10 +173,9 @@ function withSecretFiles(
     } catch {
       // resolveDatabase reports a malformed URL, without echoing it.
     }
+    // Before resolveDatabase's own refusal, to name the file the relay can also read the URL from.
     if (password !== '') {
-      throw new UsageError(
-        '--database-url holds a password, which ps shows to every user of this machine: put it in DATABASE_URL or --database-url-file (a file holding the URL)',
-      )
+      throw passwordOnCommandLine('put it in DATABASE_URL or --database-url-file (a file holding the URL)')
     }
   }
   const next = { ...env }
