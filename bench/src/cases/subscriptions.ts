@@ -24,12 +24,16 @@ import type { Backlog } from '../support/workload.js'
 interface Setup {
   readonly name: string
   readonly subscriptions: number
+  /** The relay's `deliveryLog`, when not its default (every attempt for stored subscriptions, failures for `endpoint`). */
+  readonly deliveryLog?: RelayOptions['deliveryLog']
 }
 
 const SETUPS: readonly Setup[] = [
   { name: 'implicit subscription (endpoint)', subscriptions: 0 },
   { name: '1 stored subscription', subscriptions: 1 },
   { name: '5 stored subscriptions', subscriptions: 5 },
+  // The stored subscription with the implicit one's delivery log: what its default log of every 2xx costs.
+  { name: '1 stored subscription, failures logged only', subscriptions: 1, deliveryLog: 'failures' },
 ]
 
 /**
@@ -88,6 +92,7 @@ async function runOnce(
           ...COMMON,
           db,
           ...(setup.subscriptions === 0 ? { endpoint: sinks[0]!.url, secret: ENDPOINT_SECRET } : {}),
+          ...(setup.deliveryLog === undefined ? {} : { deliveryLog: setup.deliveryLog }),
         })
         await relay.start()
         return async () => {
@@ -109,7 +114,9 @@ async function runOnce(
 
 /**
  * Subscriptions: the same backlog drained by one in-process relay serving the implicit subscription (`endpoint`),
- * one stored subscription, and five stored subscriptions with a sink each (every event then delivered five times).
+ * one stored subscription, and five stored subscriptions with a sink each (every event then delivered five times);
+ * and the one stored subscription again with the implicit one's delivery log (failures only), which says how much of
+ * the difference between the first two is the log of every 2xx a stored subscription keeps by default.
  * Same relay options in all three; the rate counts deliveries. Each sink checks its own subscription's order. The
  * set-ups take turns run by run, in rotating order, so drift on the machine hits all alike.
  */
@@ -164,7 +171,7 @@ export async function subscriptions(ctx: BenchContext): Promise<CaseResult> {
     )
   })
   const rate = (setup: Setup) => median(runs.get(setup)!.map((run) => run.perSecond))
-  const [implicit, one, five] = SETUPS as [Setup, Setup, Setup]
+  const [implicit, one, five, oneFailuresLogged] = SETUPS as [Setup, Setup, Setup, Setup]
   return {
     id: 'subscriptions',
     title: `Subscriptions: ${backlog.events} events over ${backlog.aggregates} aggregates, 0 ms sink per subscription`,
@@ -173,6 +180,8 @@ export async function subscriptions(ctx: BenchContext): Promise<CaseResult> {
       compare('5 subscriptions ÷ implicit (deliveries/s)', rate(five), rate(implicit), { min: 0.8 }),
       compare('1 subscription ÷ implicit', rate(one), rate(implicit)),
       compare('5 subscriptions ÷ 1 subscription', rate(five), rate(one)),
+      compare('1 subscription, failures logged only ÷ implicit', rate(oneFailuresLogged), rate(implicit)),
+      compare('1 subscription ÷ the same, failures logged only', rate(one), rate(oneFailuresLogged)),
     ],
     notes: [
       `one in-process relay, concurrency ${DEFAULT_CONCURRENCY}, every request signed; a delivery = one event to one subscription (5 subscriptions: 5 × ${backlog.events})`,
