@@ -1,4 +1,4 @@
-import type { BodySource } from '../core/read-body.js'
+import { type BodySource, WholeBody } from '../core/read-body.js'
 import type { Receipt, Receive } from '../core/receive.js'
 import type { Logger } from '../logger.js'
 import type { WebhookResponse } from '../respond.js'
@@ -20,7 +20,7 @@ const DECIMAL = /^\d+$/
  * `content-length` the body is exactly that long (HTTP frames it so), and the core has already refused a length
  * over `maxBodyBytes` on the headers: it is read in one `arrayBuffer()`, which servers that wrap Node
  * (`@hono/node-server`) serve straight from the socket, where `request.body` makes them build a full web
- * `Request` and a stream first. Without one (chunked), the stream is read chunk by chunk and stopped at the limit.
+ * `Request` and a stream first; the core awaits it against the body's deadline, with no iterator around it. Without one (chunked), the stream is read chunk by chunk and stopped at the limit.
  */
 function bodyOf(request: Request): BodySource | null {
   if (request.method === 'GET' || request.method === 'HEAD') return null
@@ -30,11 +30,7 @@ function bodyOf(request: Request): BodySource | null {
   const length = request.headers.get('content-length')
   if (length === null || !DECIMAL.test(length)) return request.body
   if (length === '0') return EMPTY
-  return {
-    async *[Symbol.asyncIterator]() {
-      yield new Uint8Array(await request.arrayBuffer())
-    },
-  }
+  return new WholeBody(() => request.arrayBuffer().then((buffer) => new Uint8Array(buffer)))
 }
 
 /**

@@ -63,12 +63,17 @@ class WebHeaders implements WebhookHeaders {
 class RecordHeaders implements WebhookHeaders {
   readonly #headers: Readonly<Record<string, string | readonly string[] | number | undefined>>
   #lowered: Record<string, string> | undefined
+  /** Whether some name has an upper-case letter; undefined until a lookup first misses. */
+  #mixedCase: boolean | undefined
   constructor(headers: Readonly<Record<string, string | readonly string[] | number | undefined>>) {
     this.#headers = headers
   }
   get(name: string): string | undefined {
     const direct = joined(this.#headers[name])
     if (direct !== undefined) return direct
+    // A header that was not sent (content-encoding, most of the time) must not copy Node's whole record.
+    this.#mixedCase ??= Object.keys(this.#headers).some((key) => key !== key.toLowerCase())
+    if (!this.#mixedCase && name === name.toLowerCase()) return undefined
     return this.toRecord()[name.toLowerCase()]
   }
   toRecord(): Readonly<Record<string, string>> {

@@ -44,27 +44,59 @@ export interface ReadBodyOptions {
   readonly pace?: LargeBodyPace | undefined
 }
 
-/** Fires once when the body's time is up; `clear` when the read ended first. */
-interface Deadline {
-  readonly expired: Promise<'timeout'>
-  onExpire(listener: () => void): void
-  clear(): void
+/**
+ * A body an adapter can only have in one piece, read when the core asks: `@hono/node-server`'s `arrayBuffer()` on a
+ * request whose `content-length` the core has already checked against `maxBodyBytes`. {@link readBody} awaits
+ * `read()` against the body's deadline directly, with no stream or iterator around it; anything else that reads
+ * it gets one chunk.
+ */
+export class WholeBody implements AsyncIterable<Uint8Array> {
+  constructor(readonly read: () => Promise<Uint8Array>) {}
+
+  async *[Symbol.asyncIterator](): AsyncIterator<Uint8Array> {
+    yield await this.read()
+  }
 }
 
-function deadline(timeoutMs: number): Deadline {
-  let fire: () => void = () => {}
-  const listeners: (() => void)[] = []
-  const expired = new Promise<'timeout'>((resolve) => {
-    fire = () => {
-      resolve('timeout')
-      for (const listener of listeners.splice(0)) listener()
+/**
+ * Fires once when the body's time is up; `clear` when the read ended first. `expired` is made only when a reader
+ * races it (web streams, iterables): a Node stream is told through `onExpire`, and needs no promise.
+ */
+class Deadline {
+  readonly #timer: ReturnType<typeof setTimeout>
+  #expired: Promise<'timeout'> | undefined
+  #fire: (() => void) | undefined
+  #listener: (() => void) | undefined
+  #fired = false
+
+  constructor(timeoutMs: number) {
+    this.#timer = setTimeout(() => this.#expire(), timeoutMs)
+  }
+
+  #expire(): void {
+    this.#fired = true
+    this.#fire?.()
+    this.#listener?.()
+  }
+
+  get expired(): Promise<'timeout'> {
+    if (this.#expired === undefined) {
+      this.#expired = this.#fired
+        ? Promise.resolve('timeout')
+        : new Promise((resolve) => {
+            this.#fire = () => resolve('timeout')
+          })
     }
-  })
-  const timer = setTimeout(fire, timeoutMs)
-  return {
-    expired,
-    onExpire: (listener) => listeners.push(listener),
-    clear: () => clearTimeout(timer),
+    return this.#expired
+  }
+
+  /** The one reader of a body listens here (each read has its own deadline). */
+  onExpire(listener: () => void): void {
+    this.#listener = listener
+  }
+
+  clear(): void {
+    clearTimeout(this.#timer)
   }
 }
 
@@ -268,6 +300,72 @@ function readIterable(
 }
 
 /**
+ * The body of an HTTP request that has already arrived in full, taken from the stream's buffer in one synchronous
+ * `read()` — no listeners, promise or timer. In full: Node's parser saw the message end (`complete`), or the buffer
+ * holds exactly the `content-length` HTTP framed the body with (Node hands the body over before it marks the end).
+ * A server that runs an async step before the handler (Fastify's hooks) hands the consumer such a request whenever
+ * the body came with the headers.
+ *
+ * Undefined — read the stream as it comes — for anything else: a body still arriving, one over `limitBytes` or
+ * {@link FREE_BODY_BYTES} (the limit and the pace then apply as they always do), a stream something read from,
+ * resumed, ended or destroyed (the stream reader tells those apart).
+ */
+function arrivedBody(stream: Readable, limitBytes: number): Uint8Array | undefined {
+  const length = stream.readableLength
+  if (length > limitBytes || length > FREE_BODY_BYTES) return undefined
+  const message = stream as { complete?: unknown; headers?: Record<string, unknown> }
+  const whole =
+    message.complete === true || (length > 0 && message.headers?.['content-length'] === String(length))
+  if (!whole || stream.readableObjectMode || stream.readableFlowing === true) return undefined
+  if (stream.readableDidRead || stream.readableEnded || stream.destroyed) return undefined
+  const chunk: Buffer | string | null = stream.read()
+  if (chunk === null) return EMPTY
+  return typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+}
+
+/**
+ * Reads a {@link WholeBody}: its one read raced against the body's deadline, the limit checked and the pace kept as
+ * for a stream that yields the body as one chunk.
+ */
+function readWhole(
+  source: WholeBody,
+  limitBytes: number,
+  timeoutMs: number,
+  count: (delta: number) => void,
+  pace: LargeBodyPace | undefined,
+): Promise<ReadBodyResult> {
+  return new Promise((resolve) => {
+    let settled = false
+    let kept = 0
+    let turn: ReturnType<typeof setTimeout> | undefined
+    const settle = (result: ReadBodyResult) => {
+      if (settled) return
+      settled = true
+      clearTimeout(timer)
+      clearTimeout(turn)
+      count(-kept)
+      resolve(result)
+    }
+    const timer = setTimeout(() => settle({ ok: false, reason: 'timeout' }), timeoutMs)
+    source.read().then(
+      (bytes) => {
+        if (settled) return
+        if (bytes.byteLength > limitBytes) return settle({ ok: false, reason: 'too_large', unread: true })
+        kept = bytes.byteLength
+        count(kept)
+        const paced = pace ? pacedBytes(0, kept) : 0
+        const waitMs = paced > 0 ? pace!.wait(paced) : 0
+        const body = kept === 0 ? EMPTY : bytes
+        // Not handed on until its turn (see large-body-pace.ts); the deadline still runs.
+        if (waitMs > 0) turn = setTimeout(() => settle({ ok: true, body }), waitMs)
+        else settle({ ok: true, body })
+      },
+      (error: unknown) => settle({ ok: false, reason: 'aborted', error }),
+    )
+  })
+}
+
+/**
  * Reads a {@link BodySource} into one `Uint8Array`, refusing it as soon as it passes `limitBytes`: a huge or
  * endless body is never held in memory. A body still arriving after `timeoutMs` resolves as `timeout` and is given
  * up (a client trickling bytes holds neither memory nor a connection past that). A client that disconnects or a
@@ -285,9 +383,19 @@ export async function readBody(
       ? { ok: false, reason: 'too_large', unread: false }
       : { ok: true, body: source }
   }
-  const time = deadline(timeoutMs)
+  if (source instanceof WholeBody) return await readWhole(source, limitBytes, timeoutMs, count, pace)
+  const nodeStream = isNodeReadable(source)
+  if (nodeStream) {
+    const arrived = arrivedBody(source, limitBytes)
+    if (arrived !== undefined) {
+      count(arrived.byteLength) // held for no time, but a peak all the same
+      count(-arrived.byteLength)
+      return { ok: true, body: arrived }
+    }
+  }
+  const time = new Deadline(timeoutMs)
   try {
-    if (isNodeReadable(source)) return await readNodeStream(source, limitBytes, time, count, pace)
+    if (nodeStream) return await readNodeStream(source, limitBytes, time, count, pace)
     if (typeof (source as ReadableStream).getReader === 'function') {
       return await readWebStream(source as ReadableStream<Uint8Array>, limitBytes, time, count, pace)
     }

@@ -61,6 +61,15 @@ export interface Receipt<TReq> {
 /** The core of every adapter: one request in, one answer out. */
 export type Receive = <TReq>(request: WebhookRequest, receipt: Receipt<TReq>) => Promise<WebhookResponse>
 
+/** What a refusal needs to know of the request it answers. */
+interface RequestState {
+  readonly headers: WebhookHeaders
+  readonly receipt: Receipt<any>
+  readonly started: number
+  /** Whether the body is (still) on the wire: a refusal then closes the connection. */
+  unread: boolean
+}
+
 const BODY_CONSUMED =
   'the request body was already read before the consumer (by a body parser or another middleware); the ' +
   'signature covers the exact raw bytes, so mount the consumer where nothing reads the body first'
@@ -176,6 +185,61 @@ export function createReceive(
     headers.get('svix-id') ??
     headers.get('x-github-delivery')
 
+  // Answers a refusal: logged, reported to onError and the receipt events, and the connection closed while the
+  // body is unread. Made once per consumer, not per request: only the request's own state is passed in.
+  const refuse = (request: RequestState, refused: Refusal): WebhookResponse => {
+    const withId =
+      refused.eventId === undefined ? { ...refused, eventId: headerEventId(request.headers) } : refused
+    // Too many bodies at once is load, not a failure of ours: logged and reported with the refusals.
+    const failed = withId.status >= 500 && withId.code !== 'server_busy'
+    const meta = {
+      status: withId.status,
+      code: withId.code,
+      detail: withId.detail,
+      source,
+      eventId: withId.eventId,
+      aggregateType: withId.aggregateType,
+      aggregateId: withId.aggregateId,
+      sequence: withId.sequence,
+      ...(withId.cause === undefined ? {} : { error: describe(withId.cause) }),
+    }
+    if (failed) safeLog(logger, 'error', meta, `webhook refused: ${withId.code}`)
+    else {
+      safeLog(logger, 'debug', meta, 'webhook request refused')
+      const summary = { status: withId.status, code: withId.code, detail: withId.detail, source }
+      aggregated('warn', withId.code, summary, `webhook refused: ${withId.code}`)
+    }
+    for (const onError of [options.onError, request.receipt.onError]) {
+      if (onError === undefined) continue
+      try {
+        onError(withId, request.receipt.context as never)
+      } catch (error) {
+        safeLog(logger, 'error', { error: describe(error) }, 'onError threw; the refusal is answered anyway')
+      }
+    }
+    const name = failed ? 'receipt:failed' : 'receipt:refused'
+    if (hub.has(name)) {
+      const ref: ReceiptRef = {
+        source,
+        eventId: withId.eventId,
+        eventType: withId.eventType,
+        aggregateType: withId.aggregateType,
+        aggregateId: withId.aggregateId,
+        sequence: withId.sequence,
+      }
+      const common = { ...ref, status: withId.status, code: withId.code, detail: withId.detail }
+      const durationMs = performance.now() - request.started
+      if (failed) hub.emit('receipt:failed', { ...common, error: withId.cause, durationMs })
+      else hub.emit('receipt:refused', { ...common, durationMs })
+    }
+    return problemResponse(withId, request.unread)
+  }
+
+  const tooLarge = () =>
+    refusal('payload_too_large', `the body is larger than the limit of ${maxBodyBytes} bytes`, {
+      extensions: { limitBytes: maxBodyBytes },
+    })
+
   const receive: Receive = async function receive<TReq>(
     request: WebhookRequest,
     receipt: Receipt<TReq>,
@@ -190,95 +254,44 @@ export function createReceive(
       )
     }
     const headers = webhookHeaders(request.headers)
-    // Until the body is read, a refusal leaves it on the wire: the connection must close.
-    let unread = request.body !== null && request.body !== undefined && !(request.body instanceof Uint8Array)
-
-    const refuse = (refused: Refusal): WebhookResponse => {
-      const withId = refused.eventId === undefined ? { ...refused, eventId: headerEventId(headers) } : refused
-      // Too many bodies at once is load, not a failure of ours: logged and reported with the refusals.
-      const failed = withId.status >= 500 && withId.code !== 'server_busy'
-      const meta = {
-        status: withId.status,
-        code: withId.code,
-        detail: withId.detail,
-        source,
-        eventId: withId.eventId,
-        aggregateType: withId.aggregateType,
-        aggregateId: withId.aggregateId,
-        sequence: withId.sequence,
-        ...(withId.cause === undefined ? {} : { error: describe(withId.cause) }),
-      }
-      if (failed) safeLog(logger, 'error', meta, `webhook refused: ${withId.code}`)
-      else {
-        safeLog(logger, 'debug', meta, 'webhook request refused')
-        const summary = { status: withId.status, code: withId.code, detail: withId.detail, source }
-        aggregated('warn', withId.code, summary, `webhook refused: ${withId.code}`)
-      }
-      for (const onError of [options.onError, receipt.onError]) {
-        if (onError === undefined) continue
-        try {
-          onError(withId, receipt.context as never)
-        } catch (error) {
-          safeLog(
-            logger,
-            'error',
-            { error: describe(error) },
-            'onError threw; the refusal is answered anyway',
-          )
-        }
-      }
-      const name = failed ? 'receipt:failed' : 'receipt:refused'
-      if (hub.has(name)) {
-        const ref: ReceiptRef = {
-          source,
-          eventId: withId.eventId,
-          eventType: withId.eventType,
-          aggregateType: withId.aggregateType,
-          aggregateId: withId.aggregateId,
-          sequence: withId.sequence,
-        }
-        const common = { ...ref, status: withId.status, code: withId.code, detail: withId.detail }
-        const durationMs = performance.now() - started
-        if (failed) hub.emit('receipt:failed', { ...common, error: withId.cause, durationMs })
-        else hub.emit('receipt:refused', { ...common, durationMs })
-      }
-      return problemResponse(withId, unread)
+    const state: RequestState = {
+      headers,
+      receipt,
+      started,
+      // Until the body is read, a refusal leaves it on the wire: the connection must close.
+      unread: request.body !== null && request.body !== undefined && !(request.body instanceof Uint8Array),
     }
 
-    if (request.method.toUpperCase() !== 'POST') {
-      return refuse(refusal('method_not_allowed', 'webhooks are delivered with POST'))
+    if (request.method !== 'POST' && request.method.toUpperCase() !== 'POST') {
+      return refuse(state, refusal('method_not_allowed', 'webhooks are delivered with POST'))
     }
-    if (receipt.mountingProblem !== undefined) return refuse(receipt.mountingProblem)
+    if (receipt.mountingProblem !== undefined) return refuse(state, receipt.mountingProblem)
 
     const typeProblem = contentTypeProblem(headers.get('content-type'))
-    if (typeProblem !== undefined) return refuse(refusal('unsupported_media_type', typeProblem))
+    if (typeProblem !== undefined) return refuse(state, refusal('unsupported_media_type', typeProblem))
     const encoding = headers.get('content-encoding')?.trim().toLowerCase()
     if (encoding !== undefined && encoding !== '' && encoding !== 'identity') {
-      return refuse(refusal('unsupported_media_type', UNSUPPORTED_ENCODING))
+      return refuse(state, refusal('unsupported_media_type', UNSUPPORTED_ENCODING))
     }
-    const tooLarge = () =>
-      refuse(
-        refusal('payload_too_large', `the body is larger than the limit of ${maxBodyBytes} bytes`, {
-          extensions: { limitBytes: maxBodyBytes },
-        }),
-      )
     const announced = headers.get('content-length')
     if (announced !== undefined && /^\d+$/.test(announced) && Number(announced) > maxBodyBytes) {
-      return tooLarge()
+      return refuse(state, tooLarge())
     }
 
     // Authenticity before the body: a forger without the headers gets 401 and a closed connection, unread.
-    const now = new Date()
-    if (verifier?.checkHeaders !== undefined) {
+    // The clock is read only for a verifier (unsigned consumers never need it).
+    const now = verifier === undefined ? undefined : new Date()
+    if (verifier?.checkHeaders !== undefined && now !== undefined) {
       const failure = verifier.checkHeaders(headers, now)
-      if (failure !== undefined) return refuse(refusal(failure, SIGNATURE_DETAILS[failure]))
+      if (failure !== undefined) return refuse(state, refusal(failure, SIGNATURE_DETAILS[failure]))
     }
 
     // A streamed body takes one of the consumer's reading slots: past them, the request is turned away unread, so
     // what bodies in transit hold stays within maxBodyBytes × maxConcurrentBodies however many clients trickle.
-    const streamed = unread
+    const streamed = state.unread
     if (streamed && !gate.enter()) {
       return refuse(
+        state,
         refusal(
           'server_busy',
           `${options.maxConcurrentBodies} request bodies are being read already; retry shortly`,
@@ -294,17 +307,19 @@ export function createReceive(
     if (!read.ok) {
       if (read.reason === 'timeout') {
         return refuse(
+          state,
           refusal('request_timeout', `the body did not arrive within ${bodyTimeoutMs} ms`, {
             extensions: { timeoutMs: bodyTimeoutMs },
           }),
         )
       }
       if (read.reason === 'too_large') {
-        unread = read.unread
-        return tooLarge()
+        state.unread = read.unread
+        return refuse(state, tooLarge())
       }
       if (read.reason === 'consumed') {
         return refuse(
+          state,
           refusal('body_already_parsed', BODY_CONSUMED, {
             cause: new OutboxError('ERR_OUTBOX_BODY_ALREADY_PARSED', BODY_CONSUMED),
           }),
@@ -316,19 +331,20 @@ export function createReceive(
         true,
       )
     }
-    unread = false
+    state.unread = false
     const body = read.body
 
     if (verifier !== undefined) {
       let failure: VerifyFailure | undefined
       try {
-        failure = await verifier.verify(headers, body, now)
+        failure = await verifier.verify(headers, body, now ?? new Date())
       } catch (error) {
         return refuse(
+          state,
           refusal('handler_failed', 'the signature could not be checked; retry later', { cause: error }),
         )
       }
-      if (failure !== undefined) return refuse(refusal(failure, SIGNATURE_DETAILS[failure]))
+      if (failure !== undefined) return refuse(state, refusal(failure, SIGNATURE_DETAILS[failure]))
     }
 
     let json: unknown
@@ -336,6 +352,7 @@ export function createReceive(
       json = JSON.parse(utf8.decode(body))
     } catch {
       return refuse(
+        state,
         refusal('malformed_json', 'the body is not valid UTF-8 JSON', {
           extensions: { errors: ['the body is not valid UTF-8 JSON'] },
         }),
@@ -346,10 +363,14 @@ export function createReceive(
     try {
       parsed = envelope(json, headers)
     } catch (error) {
-      return refuse(refusal('handler_failed', 'the envelope reader threw; retry later', { cause: error }))
+      return refuse(
+        state,
+        refusal('handler_failed', 'the envelope reader threw; retry later', { cause: error }),
+      )
     }
     if (isEnvelopeRefusal(parsed)) {
       return refuse(
+        state,
         refusal(parsed.code ?? 'invalid_envelope', parsed.errors.join('; '), {
           ...(parsed.event === undefined ? {} : eventFields(parsed.event)),
           extensions: { errors: parsed.errors },
@@ -361,7 +382,7 @@ export function createReceive(
     if (envelope !== options.defaultEnvelope) {
       const errors = checkReceivedEvent(event)
       if (errors.length > 0) {
-        return refuse(refusal('invalid_envelope', errors.join('; '), { extensions: { errors } }))
+        return refuse(state, refusal('invalid_envelope', errors.join('; '), { extensions: { errors } }))
       }
     }
     if (
@@ -370,6 +391,7 @@ export function createReceive(
     ) {
       const detail = `this consumer orders events per aggregate (sequence: '${policy}'), but the event has no aggregate or sequence; a sender without them needs sequence: 'off'`
       return refuse(
+        state,
         refusal('invalid_envelope', detail, { ...eventFields(event), extensions: { errors: [detail] } }),
       )
     }
@@ -385,6 +407,7 @@ export function createReceive(
         // A schema that throws is the application's bug, not the sender's: answer as a handler failure, so the
         // sender retries once the schema is fixed.
         return refuse(
+          state,
           refusal('handler_failed', 'the payload schema threw; nothing was recorded, retry later', {
             ...eventFields(event),
             cause: error,
@@ -394,6 +417,7 @@ export function createReceive(
       if (checked.ok) event = { ...event, data: checked.data }
       else {
         return refuse(
+          state,
           refusal(
             'invalid_payload',
             `the data of this ${JSON.stringify(event.type)} event does not fit its schema: ${checked.issues.join('; ')}`,
@@ -424,6 +448,7 @@ export function createReceive(
     } catch (error) {
       const handlerThrew = error instanceof HandlerFailure
       return refuse(
+        state,
         refusal(
           'handler_failed',
           handlerThrew
@@ -435,6 +460,7 @@ export function createReceive(
     }
     if (outcome.kind === 'gap') {
       return refuse(
+        state,
         refusal('sequence_gap', `waiting for sequence ${outcome.expected} of this aggregate first`, {
           ...eventFields(event),
           extensions: { expected: outcome.expected, received: event.sequence },

@@ -1,8 +1,9 @@
 import { createRequire } from 'node:module'
 import type * as OpenTelemetry from '@opentelemetry/api'
 import type { ReceivedEvent } from '@outbox/protocol'
+import type { WebhookResponse } from '../respond.js'
 import { webhookHeaders } from './headers.js'
-import type { Receive } from './receive.js'
+import type { Receipt, Receive, WebhookRequest } from './receive.js'
 
 /**
  * The OpenTelemetry glue of the consumer core: every adapter goes through the core, so each of them gets a span per
@@ -71,11 +72,12 @@ function outcomeOf(status: number, body: string): string {
  * `duplicate_ignored`, `stale_ignored`, `refused:<code>` or `failed:<code>`.
  */
 export function traceReceipts(receive: Receive): Receive {
-  return async function tracedReceive(request, receipt) {
-    const otel = openTelemetry()
-    const tracer = otel === null ? undefined : registeredTracer(otel)
-    if (otel === null || tracer === undefined || typeof request !== 'object' || request === null)
-      return await receive(request, receipt)
+  const traced = async function tracedReceive<TReq>(
+    request: WebhookRequest,
+    receipt: Receipt<TReq>,
+    otel: typeof OpenTelemetry,
+    tracer: OpenTelemetry.Tracer,
+  ): Promise<WebhookResponse> {
     const headers = webhookHeaders(request.headers)
     const carrier: Record<string, string> = {}
     for (const field of FIELDS) {
@@ -113,6 +115,18 @@ export function traceReceipts(receive: Receive): Receive {
       throw error
     } finally {
       span.end()
+    }
+  }
+  // Untraced, the core's own promise is handed back: no second async frame per request.
+  return function receiveMaybeTraced(request, receipt) {
+    try {
+      const otel = openTelemetry()
+      const tracer = otel === null ? undefined : registeredTracer(otel)
+      if (otel === null || tracer === undefined || typeof request !== 'object' || request === null)
+        return receive(request, receipt)
+      return traced(request, receipt, otel, tracer)
+    } catch (error) {
+      return Promise.reject(error)
     }
   }
 }
