@@ -33,25 +33,22 @@ function fromEnv(env: NodeJS.ProcessEnv, name: string): string | undefined {
   return value ? value : undefined
 }
 
-/**
- * The refusal of a password typed in `--database-url`, by every command: `ps` shows every process's arguments to
- * every user of the machine, for as long as the command runs. `instead` says where the password goes (the relay
- * and the console also read the URL from a file).
- */
-export function passwordOnCommandLine(instead: string): UsageError {
-  return new UsageError(
-    `--database-url holds a password, which ps shows to every user of this machine: ${instead}`,
-  )
-}
+/** Where a command's refusal of a password in `--database-url` says the password goes instead (pg reads
+ * PGPASSWORD when the URL has none, so it can stay out of the URL as well). */
+const PASSWORD_ELSEWHERE =
+  'put the URL in DATABASE_URL instead, or leave the password out of it and set PGPASSWORD'
 
 /**
  * Resolves `--database-url`/`DATABASE_URL` and `--schema`/`OUTBOX_SCHEMA` (flags win) and checks the URL, so a
  * typo is reported as a usage error instead of surfacing later as a confusing connection failure. A password in
- * `--database-url` is refused ({@link passwordOnCommandLine}), in every command as in the relay.
+ * `--database-url` is refused, in every command: `ps` shows every process's arguments to every user of the machine,
+ * for as long as the command runs. `passwordElsewhere` says where it goes instead (the relay also reads the URL
+ * from a file).
  */
 export function resolveDatabase(
   flags: { readonly 'database-url'?: string | undefined; readonly schema?: string | undefined },
   env: NodeJS.ProcessEnv,
+  passwordElsewhere = PASSWORD_ELSEWHERE,
 ): DatabaseTarget {
   const fromFlag = flags['database-url']?.trim()
   const url = fromFlag || fromEnv(env, 'DATABASE_URL')
@@ -80,9 +77,8 @@ export function resolveDatabase(
     )
   }
   if (source === '--database-url' && parsed.password !== '') {
-    // pg reads PGPASSWORD when the URL has none, so the password can stay out of the URL as well.
-    throw passwordOnCommandLine(
-      'put the URL in DATABASE_URL instead, or leave the password out of it and set PGPASSWORD',
+    throw new UsageError(
+      `--database-url holds a password, which ps shows to every user of this machine: ${passwordElsewhere}`,
     )
   }
   const schemaFlag = flags.schema?.trim()

@@ -10,13 +10,7 @@ import type { CliIo } from './command.js'
 import { explainDatabaseError } from './describe-error.js'
 import { catchInterrupt, signalExitCode } from './interrupt.js'
 import { loadProducer, type Producer } from './load-producer.js'
-import {
-  connectionConfig,
-  type DatabaseTarget,
-  passwordOnCommandLine,
-  resolveDatabase,
-  withDatabase,
-} from './open-database.js'
+import { connectionConfig, type DatabaseTarget, resolveDatabase, withDatabase } from './open-database.js'
 import { flagMessage } from './option-flags.js'
 import {
   choiceFlag,
@@ -157,8 +151,7 @@ function retrySchedule(value: string | undefined): number[] | undefined {
 
 /**
  * Reads `--secret-file`/`OUTBOX_SECRET_FILE` and `--database-url-file`/`DATABASE_URL_FILE` into the variables the
- * rest of the command reads, and refuses a password on the command line: `ps` shows every process's arguments to
- * every user of the machine, for as long as the relay runs.
+ * rest of the command reads (a password typed in `--database-url` is refused by `resolveDatabase`).
  */
 function withSecretFiles(
   typed: { readonly 'database-url'?: string | undefined; readonly secret?: readonly string[] | undefined },
@@ -166,18 +159,6 @@ function withSecretFiles(
   env: NodeJS.ProcessEnv,
 ): NodeJS.ProcessEnv {
   const typedUrl = typed['database-url']?.trim()
-  if (typedUrl) {
-    let password = ''
-    try {
-      password = new URL(typedUrl).password
-    } catch {
-      // resolveDatabase reports a malformed URL, without echoing it.
-    }
-    // Before resolveDatabase's own refusal, to name the file the relay can also read the URL from.
-    if (password !== '') {
-      throw passwordOnCommandLine('put it in DATABASE_URL or --database-url-file (a file holding the URL)')
-    }
-  }
   const next = { ...env }
   const urlFile = values['database-url-file']?.trim()
   if (urlFile) {
@@ -320,7 +301,12 @@ export async function relayCommand(argv: readonly string[], io: CliIo): Promise<
   const format =
     choiceFlag(values['log-format'], 'log-format', ['text', 'json']) ?? (io.stdout.isTTY ? 'text' : 'json')
   const level = choiceFlag(values['log-level'], 'log-level', LOG_LEVELS) ?? 'info'
-  const database = resolveDatabase(values, env)
+  // A password typed in --database-url is refused there, naming the file the relay can also read the URL from.
+  const database = resolveDatabase(
+    values,
+    env,
+    'put it in DATABASE_URL or --database-url-file (a file holding the URL)',
+  )
   const producer = await loadProducer()
   // The relay's statement deadlines never outlive its lease (see fitDeadlinesToLease).
   const target: DatabaseTarget = {
