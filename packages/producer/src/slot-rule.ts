@@ -12,9 +12,11 @@
  *    unanswered for a while (`slowRequestMs` in the lane worker: a quarter of its timeout, at most 1 s), or its failure streak in PostgreSQL — written by
  *    every relay, so a restarted one knows too — is above zero. A 2xx puts it back in good standing.
  * 3. **The subscriptions in good standing share the rest**: `concurrency`, less the failing quota while a failing
- *    subscription is busy. One of them starts a request while they hold fewer than that together and it holds fewer
- *    than its even share of it (divided between the busy ones, with one share kept for the idle ones while there are
- *    any).
+ *    subscription is busy. One of them starts a request while they hold fewer than that together beyond each one's
+ *    first request (rule 1's are their own), and it holds fewer than its even share of it — divided between the busy
+ *    ones holding more than one lane, with one share kept for all the others (idle, or holding a single lane) while
+ *    there are any. Those others ask for nothing beyond their first request now, so they count as one sharer, not one
+ *    each: beside 64 subscriptions holding a lane each, one with a backlog has half the slots, not a sixty-fifth.
  *
  * So at any moment the subscriptions in good standing hold at most `concurrency` requests plus one first request
  * each, and the failing ones start none beyond their quota: in flight ≤ `concurrency` + the subscriptions served,
@@ -51,7 +53,8 @@ export function failingQuota(concurrency: number): number {
 /** The counts every decision derives from, computed in one walk over the picture. */
 interface Tally {
   readonly total: number
-  readonly healthyActive: number
+  /** Requests in flight of subscriptions in good standing beyond each one's first (rule 1's are their own). */
+  readonly healthyBeyondFirst: number
   readonly failingActive: number
   /** The slots the subscriptions in good standing share (rule 3). */
   readonly healthySlots: number
@@ -59,28 +62,40 @@ interface Tally {
   readonly share: number
 }
 
+/**
+ * Whether a subscription in good standing counts as a sharer of its own in rule 3: it is busy and holds more than one
+ * lane. One holding a single lane asks for no more than its first request, which is its own (rule 1); the ones that do
+ * not share count together as one sharer. Were each counted, 64 subscriptions holding one lane each would leave
+ * another a sixty-fifth of the slots while taking none of them.
+ */
+function sharesSlots(sub: SubscriptionLoad): boolean {
+  return sub.busy && sub.held > 1
+}
+
 function tally(picture: SlotPicture): Tally {
   const { concurrency, subscriptions } = picture
-  let healthyActive = 0
+  let total = 0
+  let healthyBeyondFirst = 0
   let failingActive = 0
-  let busyHealthy = 0
-  let idleHealthy = 0
+  let sharing = 0
+  let others = 0
   let busyFailing = false
   for (const sub of subscriptions) {
+    total += sub.active
     if (sub.failing) {
       failingActive += sub.active
       if (sub.busy) busyFailing = true
     } else {
-      healthyActive += sub.active
-      if (sub.busy) busyHealthy += 1
-      else idleHealthy += 1
+      healthyBeyondFirst += Math.max(0, sub.active - 1)
+      if (sharesSlots(sub)) sharing += 1
+      else others += 1
     }
   }
   const healthySlots = healthySlotsOf(concurrency, busyFailing)
-  const sharers = Math.max(1, busyHealthy + (idleHealthy > 0 ? 1 : 0))
+  const sharers = Math.max(1, sharing + (others > 0 ? 1 : 0))
   return {
-    total: healthyActive + failingActive,
-    healthyActive,
+    total,
+    healthyBeyondFirst,
     failingActive,
     healthySlots,
     share: Math.max(1, Math.ceil(healthySlots / sharers)),
@@ -100,7 +115,7 @@ function mayStartWith(picture: SlotPicture, counts: Tally, sub: SubscriptionLoad
   const { concurrency, subscriptions } = picture
   if (subscriptions.length <= 1) return counts.total < concurrency
   if (sub.failing) return counts.failingActive < failingQuota(concurrency)
-  return sub.active === 0 || (counts.healthyActive < counts.healthySlots && sub.active < counts.share)
+  return sub.active === 0 || (counts.healthyBeyondFirst < counts.healthySlots && sub.active < counts.share)
 }
 
 /** Whether a lane of subscription `id` may start a request now. False for a subscription the picture does not hold. */
@@ -164,9 +179,9 @@ export function shouldYield(picture: SlotPicture, id: string, waiting: readonly 
 /**
  * How many lanes each served subscription may be given by the next claim, out of `capacity` lanes held (claimed
  * ahead or in delivery). One subscription gets all of it. With several, each subscription in good standing may hold
- * an even share among the busy ones in good standing of what the failing ones' quota leaves (while any of them is
- * busy), with one share kept for the idle ones while there are any (a subscription not busy yet is counted as if it
- * joined the busy ones). The failing ones together hold at most twice their slot quota (claimed ahead as the others are), handed
+ * an even share among the busy ones in good standing holding more than one lane (rule 3's sharers) of what the failing
+ * ones' quota leaves (while any of them is busy), with one share kept for the others while there are any (a
+ * subscription not sharing yet is counted as if it joined the sharers). The failing ones together hold at most twice their slot quota (claimed ahead as the others are), handed
  * out in the picture's order, so the caller rotates it, and in batches: none while they hold more than half of it.
  */
 export function claimRooms(picture: SlotPicture, capacity: number): { id: string; room: number }[] {
@@ -187,7 +202,7 @@ export function claimRooms(picture: SlotPicture, capacity: number): { id: string
       if (sub.busy) failingBusy = true
     } else {
       healthy += 1
-      if (sub.busy) busyHealthy += 1
+      if (sharesSlots(sub)) busyHealthy += 1
     }
   }
   const failingLimit = Math.ceil((capacity * failingQuota(concurrency)) / concurrency)
@@ -206,7 +221,7 @@ export function claimRooms(picture: SlotPicture, capacity: number): { id: string
     // A subscription not busy yet is counted as if it joined the busy ones, with the share for the rest kept while
     // any other is idle: when none is busy (a relay starting beside a backlog), one claim would otherwise give the
     // first subscription with due lanes all of the capacity.
-    const joined = sub.busy ? busyHealthy : busyHealthy + 1
+    const joined = sharesSlots(sub) ? busyHealthy : busyHealthy + 1
     const sharers = joined + (healthy > joined ? 1 : 0)
     const share = failingBusy
       ? Math.ceil((capacity * (concurrency - failingQuota(concurrency))) / concurrency)

@@ -32,7 +32,9 @@ const picture: fc.Arbitrary<SlotPicture> = fc
   )
 
 const totalActive = (p: SlotPicture) => p.subscriptions.reduce((sum, sub) => sum + sub.active, 0)
-const healthyActive = (p: SlotPicture) => totalActive(p) - failingActive(p)
+/** Requests of subscriptions in good standing beyond each one's first (rule 1's are their own). */
+const healthyBeyondFirst = (p: SlotPicture) =>
+  p.subscriptions.reduce((sum, sub) => sum + (sub.failing ? 0 : Math.max(0, sub.active - 1)), 0)
 const failingActive = (p: SlotPicture) =>
   p.subscriptions.reduce((sum, sub) => sum + (sub.failing ? sub.active : 0), 0)
 
@@ -108,8 +110,8 @@ describe('the slot rule', () => {
               const before = p.subscriptions.find((sub) => sub.id === id)!
               p = change(p, id, (sub) => ({ ...sub, active: sub.active + 1, held: sub.held + 1, busy: true }))
               if (before.failing) expect(failingActive(p)).toBeLessThanOrEqual(failingQuota(concurrency))
-              // In good standing: within the shared slots, or its first request.
-              else if (healthyActive(p) > concurrency) expect(before.active).toBe(0)
+              // In good standing: within the shared slots beyond each one's first request, or its first request.
+              else if (healthyBeyondFirst(p) > concurrency) expect(before.active).toBe(0)
               // Until a subscription's health changes, in flight stays within the slots plus one first request each.
               if (!healthChanged) expect(totalActive(p)).toBeLessThanOrEqual(concurrency + count)
             } else if (s.kind === 'finish') {
@@ -157,6 +159,40 @@ describe('the slot rule', () => {
           const healthy = p.subscriptions.find((sub) => sub.id === 'healthy')!
           expect(failingActive(p)).toBeLessThanOrEqual(failingQuota(concurrency))
           expect(healthy.active).toBeGreaterThanOrEqual(Math.max(1, concurrency - failingQuota(concurrency)))
+        },
+      ),
+    )
+  })
+
+  it('subscriptions in good standing each holding one lane in flight count together as one sharer: one with a backlog has half the slots', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 64 }),
+        fc.integer({ min: 1, max: 128 }),
+        (concurrency, singles) => {
+          let p: SlotPicture = {
+            concurrency,
+            subscriptions: [
+              ...Array.from({ length: singles }, (_, n) => ({
+                id: `one${n}`,
+                active: 1,
+                held: 1,
+                busy: true,
+                failing: false,
+              })),
+              { id: 'backlog', active: 0, held: 4 * concurrency, busy: true, failing: false },
+            ],
+          }
+          const waiting = Array.from({ length: 2 * concurrency }, () => 'backlog')
+          for (let starts = 0; starts < 2 * concurrency; starts++) {
+            const index = pickNext(p, waiting)
+            if (index < 0) break
+            p = change(p, waiting[index]!, (sub) => ({ ...sub, active: sub.active + 1 }))
+          }
+          const backlog = p.subscriptions.find((sub) => sub.id === 'backlog')!
+          // Half the slots: the ones holding one lane count together as one sharer, not one each.
+          expect(backlog.active).toBe(Math.max(1, Math.ceil(concurrency / 2)))
+          expect(totalActive(p)).toBeLessThanOrEqual(concurrency + singles)
         },
       ),
     )
