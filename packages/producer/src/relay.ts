@@ -55,6 +55,15 @@ const STOP_GRACE_MS = 2000
  * with 8).
  */
 const SCAN_ROWS_PER_LANE = 8
+/**
+ * How often, at most, a claim may offer room to failing subscriptions (with several served). A failing endpoint
+ * answering at once finishes its lanes as fast as it gets them, and each claim that carries failing subscriptions
+ * costs more than one that does not (rows locked for breakers and probes, failure writes to follow): beside 64
+ * endpoints answering 500, every claim carried them until their breakers opened, and the healthy subscription's
+ * latency paid for it. Four times a second bounds what they cost whatever their number, and delays a subscription
+ * whose endpoint failed once by at most that before its next request can put it back in good standing.
+ */
+const FAILING_CLAIM_INTERVAL_MS = 250
 
 /** How many of `claimed` belong to a subscription. */
 function lanesOf(claimed: readonly ClaimedLane[], subscriptionId: string): number {
@@ -144,6 +153,8 @@ export class Relay {
   #stepping = false
   /** Lanes held per subscription (claimed ahead or in delivery), for fair claims and slots between subscriptions. */
   readonly #held = new Map<string, number>()
+  /** When a claim last offered room to a failing subscription (see {@link FAILING_CLAIM_INTERVAL_MS}). */
+  #failingClaimedAt = Number.NEGATIVE_INFINITY
   /** Lanes in delivery per subscription. */
   readonly #activeBySubscription = new Map<string, number>()
   /** Clock time each subscription last gained or gave up a lane: it counts as busy for a while after. */
@@ -713,10 +724,15 @@ export class Relay {
 
   /**
    * How many lanes each served subscription may be given by the next claim, out of `capacity` held lanes (claimed
-   * ahead or in delivery): the slot rule's {@link claimRooms}.
+   * ahead or in delivery): the slot rule's {@link claimRooms}, with none for failing subscriptions within
+   * {@link FAILING_CLAIM_INTERVAL_MS} of the last claim that offered them some (one subscription alone is never held
+   * back: there is no one to protect).
    */
   #rooms(capacity: number): { id: string; room: number }[] {
-    return claimRooms(this.#picture(), capacity)
+    const rooms = claimRooms(this.#picture(), capacity)
+    if (!this.#targets.sharing) return rooms
+    if (this.#runtime.clock.now() - this.#failingClaimedAt >= FAILING_CLAIM_INTERVAL_MS) return rooms
+    return rooms.map((room) => (this.#targets.failing(room.id) ? { id: room.id, room: 0 } : room))
   }
 
   /**
@@ -847,6 +863,8 @@ export class Relay {
   ): Promise<ClaimResult> {
     const { leaseMs, batchSize } = this.#options
     this.#claims += 1
+    if (subscriptions.some((subscription) => subscription.room > 0 && this.#targets.failing(subscription.id)))
+      this.#failingClaimedAt = this.#runtime.clock.now()
     let result: ClaimResult
     try {
       // Once per relay, before its first claim: a schema a newer release migrated is refused, every claim, until

@@ -1,8 +1,10 @@
 import { type Sink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
-import { createSubscription, enqueue, type RelayEventMap } from '../src/index.js'
+import { ManualClock } from '../../../test/model/manual-clock.js'
+import { createSubscription, enqueue, type RelayEventMap, type RelayOptions } from '../src/index.js'
 import { relayTestHooks } from '../src/relay.js'
+import { RELAY_RUNTIME } from '../src/runtime.js'
 import { useStoredSubscriptions } from './stored-subscriptions.js'
 import { deferred, waitFor } from './support.js'
 
@@ -197,5 +199,48 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
     expect(hanging.held()).toBeLessThanOrEqual(2)
     release.resolve()
     await waitFor(() => hanging.held() === 4 * 8, 'the failing endpoints, once they answer')
+  })
+
+  it('an endpoint answering 500 at once rides one claim per interval, not every claim: its next lanes wait for the clock', async () => {
+    const clock = new ManualClock()
+    const failing = await stored.sink(() => ({ status: 500 }))
+    const { id } = await createSubscription(t.db, {
+      url: failing.url,
+      name: 'fail-fast',
+      eventTypes: ['fail.*'],
+    })
+    const healthy = await stored.sink()
+    await createSubscription(t.db, { url: healthy.url, name: 'healthy', eventTypes: ['ok.*'] })
+    // Known to fail from its record; far from its breaker's threshold, so only the slot rule and the claims hold it.
+    await sql`UPDATE outbox_subscription SET failure_streak = 1, streak_started_at = now()
+              WHERE id = ${id}::uuid`.execute(t.db)
+    for (let lane = 0; lane < 24; lane++) await publishType('fail.ping', `fail-${lane}`)
+    const relay = stored.relay({
+      concurrency: 8,
+      endpointBreaker: { failures: 1000, cooldownMs: 600_000 },
+      [RELAY_RUNTIME]: { clock, random: Math.random },
+    } as Partial<RelayOptions>)
+    const hooks = relayTestHooks(relay)
+    await hooks.startStepping()
+    const settled = async (what: string) => {
+      await waitFor(() => {
+        const activity = hooks.activity()
+        return activity.activeLanes === 0 && activity.readyLanes === 0 && activity.requestsInFlight === 0
+      }, what)
+      await hooks.flush()
+    }
+    await hooks.step()
+    await settled('the first claim of the failing lanes to be tried')
+    const first = failing.requests.length
+    expect(first).toBeGreaterThan(0)
+    // Due lanes are left, and every slot is free; the clock has not moved, so no claim offers them room.
+    await hooks.step()
+    await hooks.step()
+    await settled('a pass without room for the failing subscription')
+    expect(failing.requests).toHaveLength(first)
+    clock.advance(250)
+    await hooks.step()
+    await settled('the next claim of the failing lanes')
+    expect(failing.requests.length).toBeGreaterThan(first)
   })
 })
