@@ -163,11 +163,20 @@ export async function hangingEndpoints(ctx: BenchContext): Promise<CaseResult> {
   const events = (ctx.quick ? 6 : 30) * RATE_PER_SECOND
   const random = seededRandom(ctx.seed)
   const stream = Array.from({ length: events }, () => String(Math.floor(random() * AGGREGATES)))
-  const setUps: { readonly badness: Badness; readonly count: number }[] = [
-    ...(['hang', '500'] as const).flatMap((badness) => BAD_COUNTS.map((count) => ({ badness, count }))),
-    { badness: 'endless', count: 4 },
-    { badness: 'endless', count: 16 },
-  ]
+  // Quick (a smoke run: every kind of badness still runs, and the largest count of the two with targets) takes
+  // four set-ups, not eight: this case was 63 s of CI's 149 s of benchmarks.
+  const setUps: { readonly badness: Badness; readonly count: number }[] = ctx.quick
+    ? [
+        { badness: 'hang', count: 4 },
+        { badness: 'hang', count: 64 },
+        { badness: '500', count: 64 },
+        { badness: 'endless', count: 4 },
+      ]
+    : [
+        ...(['hang', '500'] as const).flatMap((badness) => BAD_COUNTS.map((count) => ({ badness, count }))),
+        { badness: 'endless', count: 4 },
+        { badness: 'endless', count: 16 },
+      ]
   const described: Record<Badness, string> = {
     hang: 'hanging',
     '500': 'answering 500',
