@@ -157,7 +157,7 @@ export class Relay {
   #failingClaimedAt = Number.NEGATIVE_INFINITY
   /** Lanes in delivery per subscription. */
   readonly #activeBySubscription = new Map<string, number>()
-  /** Clock time each subscription last gained or gave up a lane: it counts as busy for a while after. */
+  /** Clock time each subscription last gained or gave up a lane: the failing ones' claim room rotates by it. */
   readonly #lastHeldAt = new Map<string, number>()
   /** Clock time of the last claim, so subscriptions holding no lane are looked for at most once a poll interval. */
   #lastClaimAt = Number.NEGATIVE_INFINITY

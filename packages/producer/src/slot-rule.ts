@@ -181,8 +181,9 @@ export function shouldYield(picture: SlotPicture, id: string, waiting: readonly 
  * ahead or in delivery). One subscription gets all of it. With several, each subscription in good standing may hold
  * an even share among the busy ones in good standing holding more than one lane (rule 3's sharers) of what the failing
  * ones' quota leaves (while any of them is busy), with one share kept for the others while there are any (a
- * subscription not sharing yet is counted as if it joined the sharers). The failing ones together hold at most twice their slot quota (claimed ahead as the others are), handed
- * out in the picture's order, so the caller rotates it, and in batches: none while they hold more than half of it.
+ * subscription not sharing yet is counted as if it joined the sharers). The failing ones together hold at most twice
+ * their slot quota (claimed ahead as the others are), handed out in the picture's order, so the caller rotates it, and
+ * in batches: none while they hold more than half of it.
  */
 export function claimRooms(picture: SlotPicture, capacity: number): { id: string; room: number }[] {
   const { subscriptions, concurrency } = picture
@@ -190,7 +191,7 @@ export function claimRooms(picture: SlotPicture, capacity: number): { id: string
     const only = subscriptions[0]!
     return [{ id: only.id, room: Math.max(0, capacity - only.held) }]
   }
-  let busyHealthy = 0
+  let sharing = 0
   let healthy = 0
   let failingHeld = 0
   let failingCount = 0
@@ -202,7 +203,7 @@ export function claimRooms(picture: SlotPicture, capacity: number): { id: string
       if (sub.busy) failingBusy = true
     } else {
       healthy += 1
-      if (sharesSlots(sub)) busyHealthy += 1
+      if (sharesSlots(sub)) sharing += 1
     }
   }
   const failingLimit = Math.ceil((capacity * failingQuota(concurrency)) / concurrency)
@@ -218,10 +219,10 @@ export function claimRooms(picture: SlotPicture, capacity: number): { id: string
       failingLeft -= room
       return { id: sub.id, room }
     }
-    // A subscription not busy yet is counted as if it joined the busy ones, with the share for the rest kept while
-    // any other is idle: when none is busy (a relay starting beside a backlog), one claim would otherwise give the
-    // first subscription with due lanes all of the capacity.
-    const joined = sharesSlots(sub) ? busyHealthy : busyHealthy + 1
+    // A subscription not sharing yet is counted as if it joined the sharers, with the share for the rest kept while
+    // any other does not share: when none is busy (a relay starting beside a backlog), one claim would otherwise give
+    // the first subscription with due lanes all of the capacity.
+    const joined = sharesSlots(sub) ? sharing : sharing + 1
     const sharers = joined + (healthy > joined ? 1 : 0)
     const share = failingBusy
       ? Math.ceil((capacity * (concurrency - failingQuota(concurrency))) / concurrency)
