@@ -155,6 +155,8 @@ export class Relay {
   readonly #held = new Map<string, number>()
   /** When a claim last offered room to a failing subscription (see {@link FAILING_CLAIM_INTERVAL_MS}). */
   #failingClaimedAt = Number.NEGATIVE_INFINITY
+  /** The last rooms computed held a failing subscription back until the interval ends: the loop wakes for it. */
+  #failingHeldBack = false
   /** Lanes in delivery per subscription. */
   readonly #activeBySubscription = new Map<string, number>()
   /** Clock time each subscription last gained or gave up a lane: the failing ones' claim room rotates by it. */
@@ -519,7 +521,11 @@ export class Relay {
       }
       if (this.#state !== 'running') break
       if (next === 'again') continue
-      await this.#idle(pollIntervalMs)
+      // A failing subscription held back by the claims' interval is looked for again when it ends, not a whole poll
+      // interval later: nothing else may wake the loop for it (its lanes all finished within the interval).
+      await this.#idle(
+        this.#failingHeldBack ? Math.min(pollIntervalMs, this.#failingWaitMs()) : pollIntervalMs,
+      )
     }
   }
 
@@ -730,9 +736,18 @@ export class Relay {
    */
   #rooms(capacity: number): { id: string; room: number }[] {
     const rooms = claimRooms(this.#picture(), capacity)
-    if (!this.#targets.sharing) return rooms
-    if (this.#runtime.clock.now() - this.#failingClaimedAt >= FAILING_CLAIM_INTERVAL_MS) return rooms
-    return rooms.map((room) => (this.#targets.failing(room.id) ? { id: room.id, room: 0 } : room))
+    this.#failingHeldBack = false
+    if (!this.#targets.sharing || this.#failingWaitMs() === 0) return rooms
+    return rooms.map((room) => {
+      if (!this.#targets.failing(room.id)) return room
+      if (room.room > 0) this.#failingHeldBack = true
+      return { id: room.id, room: 0 }
+    })
+  }
+
+  /** How long until a claim may offer failing subscriptions room again ({@link FAILING_CLAIM_INTERVAL_MS}). */
+  #failingWaitMs(): number {
+    return Math.max(0, FAILING_CLAIM_INTERVAL_MS - (this.#runtime.clock.now() - this.#failingClaimedAt))
   }
 
   /**

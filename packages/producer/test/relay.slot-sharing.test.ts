@@ -243,4 +243,36 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
     await settled('the next claim of the failing lanes')
     expect(failing.requests.length).toBeGreaterThan(first)
   })
+
+  it("a failing subscription held back by the claims' interval is claimed again when it ends, not a poll interval later", async () => {
+    const failing = await stored.sink(() => ({ status: 500 }))
+    const { id } = await createSubscription(t.db, {
+      url: failing.url,
+      name: 'fail-fast',
+      eventTypes: ['fail.*'],
+    })
+    const healthy = await stored.sink()
+    await createSubscription(t.db, { url: healthy.url, name: 'healthy', eventTypes: ['ok.*'] })
+    await sql`UPDATE outbox_subscription SET failure_streak = 1, streak_started_at = now()
+              WHERE id = ${id}::uuid`.execute(t.db)
+    for (let lane = 0; lane < 24; lane++) await publishType('fail.ping', `fail-${lane}`)
+    // A poll interval far longer than the test waits: only the interval's own wake-up can bring the next claim.
+    const relay = stored.relay({
+      concurrency: 8,
+      pollIntervalMs: 600_000,
+      endpointBreaker: { failures: 1000, cooldownMs: 600_000 },
+    })
+    await relay.start()
+    await waitFor(() => {
+      const activity = relayTestHooks(relay).activity()
+      const idle = activity.activeLanes === 0 && activity.readyLanes === 0 && activity.requestsInFlight === 0
+      return failing.requests.length > 0 && idle
+    }, 'the first claim of the failing lanes to be tried')
+    const firstClaim = failing.requests.length
+    await waitFor(
+      () => failing.requests.length > firstClaim,
+      'the failing lanes claimed again after the interval',
+    )
+    expect(new Set(failing.requests.map((request) => request.json.event_id)).size).toBeGreaterThan(firstClaim)
+  })
 })
