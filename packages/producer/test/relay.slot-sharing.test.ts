@@ -2,7 +2,13 @@ import { type Sink, useTestDatabase } from '@outbox/test-harness'
 import { sql } from 'kysely'
 import { describe, expect, it } from 'vitest'
 import { ManualClock } from '../../../test/model/manual-clock.js'
-import { createSubscription, enqueue, type RelayEventMap, type RelayOptions } from '../src/index.js'
+import {
+  createSubscription,
+  enqueue,
+  type Relay,
+  type RelayEventMap,
+  type RelayOptions,
+} from '../src/index.js'
 import { relayTestHooks } from '../src/relay.js'
 import { RELAY_RUNTIME } from '../src/runtime.js'
 import { useStoredSubscriptions } from './stored-subscriptions.js'
@@ -201,8 +207,11 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
     await waitFor(() => hanging.held() === 4 * 8, 'the failing endpoints, once they answer')
   })
 
-  it('an endpoint answering 500 at once rides one claim per interval, not every claim: its next lanes wait for the clock', async () => {
-    const clock = new ManualClock()
+  /**
+   * A subscription whose endpoint answers 500 at once, known to fail from its record (a streak far from its breaker's
+   * threshold, so only the slot rule and the claims hold it), with 24 due lanes; beside it a healthy one, idle.
+   */
+  async function failingBesideHealthy(): Promise<Sink> {
     const failing = await stored.sink(() => ({ status: 500 }))
     const { id } = await createSubscription(t.db, {
       url: failing.url,
@@ -211,10 +220,21 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
     })
     const healthy = await stored.sink()
     await createSubscription(t.db, { url: healthy.url, name: 'healthy', eventTypes: ['ok.*'] })
-    // Known to fail from its record; far from its breaker's threshold, so only the slot rule and the claims hold it.
     await sql`UPDATE outbox_subscription SET failure_streak = 1, streak_started_at = now()
               WHERE id = ${id}::uuid`.execute(t.db)
     for (let lane = 0; lane < 24; lane++) await publishType('fail.ping', `fail-${lane}`)
+    return failing
+  }
+
+  /** No lane of the relay is in delivery or waiting to start, and no request is under way. */
+  function deliveringNothing(relay: Relay): boolean {
+    const activity = relayTestHooks(relay).activity()
+    return activity.activeLanes === 0 && activity.readyLanes === 0 && activity.requestsInFlight === 0
+  }
+
+  it('an endpoint answering 500 at once rides one claim per interval, not every claim: its next lanes wait for the clock', async () => {
+    const clock = new ManualClock()
+    const failing = await failingBesideHealthy()
     const relay = stored.relay({
       concurrency: 8,
       endpointBreaker: { failures: 1000, cooldownMs: 600_000 },
@@ -223,10 +243,7 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
     const hooks = relayTestHooks(relay)
     await hooks.startStepping()
     const settled = async (what: string) => {
-      await waitFor(() => {
-        const activity = hooks.activity()
-        return activity.activeLanes === 0 && activity.readyLanes === 0 && activity.requestsInFlight === 0
-      }, what)
+      await waitFor(() => deliveringNothing(relay), what)
       await hooks.flush()
     }
     await hooks.step()
@@ -245,17 +262,7 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
   })
 
   it("a failing subscription held back by the claims' interval is claimed again when it ends, not a poll interval later", async () => {
-    const failing = await stored.sink(() => ({ status: 500 }))
-    const { id } = await createSubscription(t.db, {
-      url: failing.url,
-      name: 'fail-fast',
-      eventTypes: ['fail.*'],
-    })
-    const healthy = await stored.sink()
-    await createSubscription(t.db, { url: healthy.url, name: 'healthy', eventTypes: ['ok.*'] })
-    await sql`UPDATE outbox_subscription SET failure_streak = 1, streak_started_at = now()
-              WHERE id = ${id}::uuid`.execute(t.db)
-    for (let lane = 0; lane < 24; lane++) await publishType('fail.ping', `fail-${lane}`)
+    const failing = await failingBesideHealthy()
     // A poll interval far longer than the test waits: only the interval's own wake-up can bring the next claim.
     const relay = stored.relay({
       concurrency: 8,
@@ -263,11 +270,10 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
       endpointBreaker: { failures: 1000, cooldownMs: 600_000 },
     })
     await relay.start()
-    await waitFor(() => {
-      const activity = relayTestHooks(relay).activity()
-      const idle = activity.activeLanes === 0 && activity.readyLanes === 0 && activity.requestsInFlight === 0
-      return failing.requests.length > 0 && idle
-    }, 'the first claim of the failing lanes to be tried')
+    await waitFor(
+      () => failing.requests.length > 0 && deliveringNothing(relay),
+      'the first claim of the failing lanes to be tried',
+    )
     const firstClaim = failing.requests.length
     await waitFor(
       () => failing.requests.length > firstClaim,
@@ -275,4 +281,5 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
     )
     expect(new Set(failing.requests.map((request) => request.json.event_id)).size).toBeGreaterThan(firstClaim)
   })
+
 })
