@@ -155,7 +155,7 @@ export class Relay {
   readonly #held = new Map<string, number>()
   /** When a claim last offered room to a failing subscription (see {@link FAILING_CLAIM_INTERVAL_MS}). */
   #failingClaimedAt = Number.NEGATIVE_INFINITY
-  /** The last rooms computed held a failing subscription back until the interval ends: the loop wakes for it. */
+  /** The claim loop's last pass held a failing subscription back until the interval ends: the loop wakes for it. */
   #failingHeldBack = false
   /** Lanes in delivery per subscription. */
   readonly #activeBySubscription = new Map<string, number>()
@@ -354,7 +354,10 @@ export class Relay {
       await this.#targets.refresh(true)
     }
     const { concurrency } = this.#options
-    const { lanes } = await this.#claim(this.#rooms(concurrency), concurrency, this.#context.bytesLeft())
+    // Never held back by the failing claims' interval: one cycle claims once, and a script looping until nothing is
+    // claimed must not take the interval for an empty outbox.
+    const rooms = claimRooms(this.#picture(), concurrency)
+    const { lanes } = await this.#claim(rooms, concurrency, this.#context.bytesLeft())
     await this.#parkBehindBlocks(true)
     const results = await Promise.all(lanes.map((lane) => this.#deliver(lane)))
     await this.#marks.flush()
@@ -560,9 +563,9 @@ export class Relay {
     const slotFree = picture ? canStartAny(picture) : this.#active.size < concurrency
     const bytesLeft = this.#context.bytesLeft()
     // A subscription an express claim is claiming for now gets no room here: it is in one claim at a time.
-    const rooms = this.#rooms(2 * concurrency).map((room) =>
-      this.#expressFor.has(room.id) ? { id: room.id, room: 0 } : room,
-    )
+    const { rooms: loopRooms, failingHeldBack } = this.#rooms(2 * concurrency)
+    this.#failingHeldBack = failingHeldBack
+    const rooms = loopRooms.map((room) => (this.#expressFor.has(room.id) ? { id: room.id, room: 0 } : room))
     const idleRoom = rooms.reduce((sum, room) => sum + (this.#held.has(room.id) ? 0 : room.room), 0)
     const lookForIdle = idleRoom > 0 && this.#runtime.clock.now() - this.#lastClaimAt >= pollIntervalMs
     const lanes = Math.max(wanted, lookForIdle ? idleRoom : 0)
@@ -681,7 +684,7 @@ export class Relay {
     let seen: number | undefined
     while (this.#state === 'running' && this.#loopClaim && seen !== this.#notifications) {
       seen = this.#notifications
-      const offered = this.#rooms(2 * concurrency).filter(
+      const offered = this.#rooms(2 * concurrency).rooms.filter(
         (room) => room.room > 0 && !this.#slowToClaim(room.id),
       )
       const lanes = offered.reduce((sum, room) => sum + room.room, 0)
@@ -732,17 +735,18 @@ export class Relay {
    * How many lanes each served subscription may be given by the next claim, out of `capacity` held lanes (claimed
    * ahead or in delivery): the slot rule's {@link claimRooms}, with none for failing subscriptions within
    * {@link FAILING_CLAIM_INTERVAL_MS} of the last claim that offered them some (one subscription alone is never held
-   * back: there is no one to protect).
+   * back: there is no one to protect). `failingHeldBack`: a failing subscription had room and was given none.
    */
-  #rooms(capacity: number): { id: string; room: number }[] {
+  #rooms(capacity: number): { rooms: { id: string; room: number }[]; failingHeldBack: boolean } {
     const rooms = claimRooms(this.#picture(), capacity)
-    this.#failingHeldBack = false
-    if (!this.#targets.sharing || this.#failingWaitMs() === 0) return rooms
-    return rooms.map((room) => {
+    if (!this.#targets.sharing || this.#failingWaitMs() === 0) return { rooms, failingHeldBack: false }
+    let failingHeldBack = false
+    const held = rooms.map((room) => {
       if (!this.#targets.failing(room.id)) return room
-      if (room.room > 0) this.#failingHeldBack = true
+      if (room.room > 0) failingHeldBack = true
       return { id: room.id, room: 0 }
     })
+    return { rooms: held, failingHeldBack }
   }
 
   /** How long until a claim may offer failing subscriptions room again ({@link FAILING_CLAIM_INTERVAL_MS}). */

@@ -282,4 +282,18 @@ describe('hanging and failing endpoints beside a healthy subscription (the slot 
     expect(new Set(failing.requests.map((request) => request.json.event_id)).size).toBeGreaterThan(firstClaim)
   })
 
+  it("runOnce is never held back by the failing claims' interval: each cycle claims the failing lanes due", async () => {
+    const failing = await failingBesideHealthy()
+    // A clock that never moves: were the interval applied, every cycle after the first would claim none of them.
+    const relay = stored.relay({
+      concurrency: 8,
+      endpointBreaker: { failures: 1000, cooldownMs: 600_000 },
+      [RELAY_RUNTIME]: { clock: new ManualClock(), random: Math.random },
+    } as Partial<RelayOptions>)
+    const first = await relay.runOnce()
+    const second = await relay.runOnce()
+    expect(first.failed).toBeGreaterThan(0)
+    expect(second.failed).toBeGreaterThan(0)
+    expect(failing.requests).toHaveLength(first.failed + second.failed)
+  })
 })
