@@ -33,6 +33,11 @@ export interface StartPostgresOptions {
    * @defaultValue a free port
    */
   readonly port?: number
+  /**
+   * Further server settings, each passed as `-c name=value` (e.g. `shared_preload_libraries: 'pg_stat_statements'`
+   * for a probe that reads what each statement cost).
+   */
+  readonly settings?: Readonly<Record<string, string>>
 }
 
 interface EmbeddedPostgresInstance {
@@ -94,6 +99,7 @@ export async function startPostgres(options: StartPostgresOptions = {}): Promise
   const flags = ['-c', `max_connections=${options.maxConnections ?? 300}`]
   if (options.fast ?? true)
     flags.push('-c', 'fsync=off', '-c', 'synchronous_commit=off', '-c', 'full_page_writes=off')
+  for (const [name, value] of Object.entries(options.settings ?? {})) flags.push('-c', `${name}=${value}`)
   removeOnExit(databaseDir)
   const instance = new EmbeddedPostgres({
     databaseDir,
