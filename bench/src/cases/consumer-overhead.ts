@@ -52,7 +52,12 @@ async function applyByHand(db: Kysely<any>, event: OrderUpdate): Promise<string>
   })
 }
 
-/** One server under test: the consumer's adapter at `/consumer`, the hand-written handler at `/manual`. */
+/**
+ * One server under test: the consumer's adapter at `/consumer`, the hand-written handler at `/manual`, and at
+ * `/unordered` the same adapter on a consumer with `sequence: 'off'`: it records ids and digests but keeps no
+ * per-aggregate cursor, as the hand-written handler keeps none, so the two consumer routes together separate what
+ * ordering costs from what the rest of the consumer costs.
+ */
 interface ServerUnderTest {
   readonly base: string
   close(): Promise<void>
@@ -85,10 +90,15 @@ const SERVERS: readonly ServerKind[] = [
     manualLabel: 'Express hand-written',
     start(db) {
       const { dedupe } = createConsumer({ db, allowUnsigned: true })
+      const unordered = createConsumer(UNORDERED(db))
       const app = express()
       app.post(
         '/consumer',
         dedupe<OrderUpdate['data']>((event, trx) => updateOrder(trx, event.data)),
+      )
+      app.post(
+        '/unordered',
+        unordered.dedupe<OrderUpdate['data']>((event, trx) => updateOrder(trx, event.data)),
       )
       app.post('/manual', express.json(), (req, res, next) => {
         applyByHand(db, req.body as OrderUpdate).then((status) => res.json({ status }), next)
@@ -103,8 +113,12 @@ const SERVERS: readonly ServerKind[] = [
     start(db) {
       const consumer = createConsumer({ db, allowUnsigned: true })
       const onWebhook = consumer.fetch<OrderUpdate['data']>((event, trx) => updateOrder(trx, event.data))
+      const onUnordered = createConsumer(UNORDERED(db)).fetch<OrderUpdate['data']>((event, trx) =>
+        updateOrder(trx, event.data),
+      )
       const app = new Hono()
       app.post('/consumer', (c) => onWebhook(c.req.raw))
+      app.post('/unordered', (c) => onUnordered(c.req.raw))
       app.post('/manual', async (c) => {
         const status = await applyByHand(db, await c.req.json<OrderUpdate>())
         return c.json({ status })
@@ -122,6 +136,8 @@ const SERVERS: readonly ServerKind[] = [
       const handler: OutboxWebhooksOptions['handler'] = (event, trx) =>
         updateOrder(trx, event.data as OrderUpdate['data'])
       await app.register(outboxWebhooks, { consumer, path: '/consumer', handler })
+      const unordered = createConsumer(UNORDERED(db))
+      await app.register(outboxWebhooks, { consumer: unordered, path: '/unordered', handler })
       // Fastify's own JSON parser: the plugin keeps its raw-body parser to its own routes.
       app.post('/manual', async (req) => ({ status: await applyByHand(db, req.body as OrderUpdate) }))
       await app.listen({ port: 0, host: '127.0.0.1' })
@@ -154,9 +170,21 @@ async function load(
   return (now() - t0) / 1000
 }
 
+type Route = 'consumer' | 'unordered' | 'manual'
+
+/** The `/unordered` consumer: its own source, so its ids never meet the `/consumer` route's in the shared table. */
+const UNORDERED = (db: Kysely<any>) =>
+  ({ db, allowUnsigned: true, sequence: 'off', source: 'unordered' }) as const
+
 /** The measurement's name for one server, handler and path. */
-function key(kind: ServerKind, route: 'consumer' | 'manual', path: string): string {
-  return `${route === 'consumer' ? kind.consumerLabel : kind.manualLabel}, ${path} path`
+function key(kind: ServerKind, route: Route, path: string): string {
+  const label =
+    route === 'consumer'
+      ? kind.consumerLabel
+      : route === 'unordered'
+        ? `${kind.consumerLabel}, sequence 'off'`
+        : kind.manualLabel
+  return `${label}, ${path} path`
 }
 
 /**
@@ -164,8 +192,8 @@ function key(kind: ServerKind, route: 'consumer' | 'manual', path: string): stri
  * Fastify (the `outboxWebhooks` plugin), each against a hand-written handler doing the guide's `apply_event` on
  * the SAME server (parse JSON, dedupe insert + update in one transaction), in requests per second over
  * keep-alive loopback HTTP, on the apply path (new events, in order) and the duplicate path (the same events
- * again). Each server has its own database (a copy of one template) and Kysely pool, shared by its two handlers. Within a run the six handlers take turns in blocks (servers in
- * rotating order, each server's two handlers back to back, alternating which goes first); a handler's rate is
+ * again). Each server has its own database (a copy of one template) and Kysely pool, shared by its three handlers (the consumer routes under sources of their own). Within a run the nine handlers
+ * take turns in blocks (servers in rotating order, each server's three handlers back to back, in alternating order); a handler's rate is
  * its requests over its blocks' time.
  */
 export async function consumerOverhead(ctx: BenchContext): Promise<CaseResult> {
@@ -197,10 +225,10 @@ export async function consumerOverhead(ctx: BenchContext): Promise<CaseResult> {
             for (let i = 0; i < SERVERS.length; i++) {
               const index = (run + block + i) % SERVERS.length
               const kind = SERVERS[index]!
-              const routes =
+              const routes: readonly Route[] =
                 (run + block) % 2 === 0
-                  ? (['consumer', 'manual'] as const)
-                  : (['manual', 'consumer'] as const)
+                  ? ['consumer', 'unordered', 'manual']
+                  : ['manual', 'unordered', 'consumer']
               for (const route of routes) {
                 const took = await load(agent, `${servers[index]!.base}/${route}`, slice, expect)
                 const k = key(kind, route, path)
@@ -209,7 +237,7 @@ export async function consumerOverhead(ctx: BenchContext): Promise<CaseResult> {
             }
           }
           for (const kind of SERVERS) {
-            for (const route of ['consumer', 'manual'] as const) {
+            for (const route of ['consumer', 'unordered', 'manual'] as const) {
               const k = key(kind, route, path)
               const rate = events.length / seconds.get(k)!
               rates.set(k, [...(rates.get(k) ?? []), rate])
@@ -238,6 +266,12 @@ export async function consumerOverhead(ctx: BenchContext): Promise<CaseResult> {
         rate(key(kind, 'manual', 'apply')),
         { min: 0.9 },
       ),
+      // Ordering's share: the same adapter keeping no cursor, against the same hand-written handler.
+      compare(
+        `${name}: consumer, sequence 'off' ÷ hand-written, apply`,
+        rate(key(kind, 'unordered', 'apply')),
+        rate(key(kind, 'manual', 'apply')),
+      ),
       compare(
         `${name}: consumer ÷ hand-written, duplicate`,
         rate(key(kind, 'consumer', 'duplicate')),
@@ -259,7 +293,8 @@ export async function consumerOverhead(ctx: BenchContext): Promise<CaseResult> {
     comparisons,
     notes: [
       'consumers run with allowUnsigned: true and the hand-written handlers check no signature: the same work but the dedupe, cursor and envelope checks',
-      'each consumer ratio is against the hand-written handler on the same server; the six handlers take turns in 8 blocks per path and run',
+      'each consumer ratio is against the hand-written handler on the same server; the nine handlers take turns in 8 blocks per path and run',
+      "sequence 'off' = the same adapter on a consumer that keeps no per-aggregate cursor (as the hand-written handler keeps none): ordering's share of the difference",
     ],
     seconds: 0,
   }
