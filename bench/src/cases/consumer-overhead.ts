@@ -192,9 +192,10 @@ function key(kind: ServerKind, route: Route, path: string): string {
  * Fastify (the `outboxWebhooks` plugin), each against a hand-written handler doing the guide's `apply_event` on
  * the SAME server (parse JSON, dedupe insert + update in one transaction), in requests per second over
  * keep-alive loopback HTTP, on the apply path (new events, in order) and the duplicate path (the same events
- * again). Each server has its own database (a copy of one template) and Kysely pool, shared by its three handlers (the consumer routes under sources of their own). Within a run the nine handlers
- * take turns in blocks (servers in rotating order, each server's three handlers back to back, in alternating order); a handler's rate is
- * its requests over its blocks' time.
+ * again). Each server has its own database (a copy of one template) and Kysely pool, shared by its three handlers
+ * (the two consumer routes under sources of their own). Within a run the nine handlers take turns in blocks
+ * (servers in rotating order, each server's three handlers back to back, in alternating order); a handler's rate
+ * is its requests over its blocks' time.
  */
 export async function consumerOverhead(ctx: BenchContext): Promise<CaseResult> {
   const count = ctx.quick ? 300 : 4000
