@@ -170,6 +170,8 @@ export class Relay {
   readonly #active = new Set<Promise<LaneResult>>()
   /** Every lane in delivery (through the claim loop or {@link Relay.runOnce}), by claim token: what an isolation waits for. */
   readonly #delivering = new Map<string, Promise<LaneResult>>()
+  /** Give-back writes under way ({@link Relay.#giveBack}): a stop waits for them before it resolves. */
+  readonly #givingBack = new Set<Promise<void>>()
   /** The claim token of the lane being sent alone (see {@link Relay.#isolate}); nothing else starts meanwhile. */
   #isolating: string | undefined
   /** Lanes claimed ahead, waiting for a delivery slot (see {@link Relay.#run}). */
@@ -488,6 +490,9 @@ export class Relay {
       this.#marks.release({ claimToken: lane.claimToken, delivered: false })
     }
     await withDeadline(clock, STOP_GRACE_MS, this.#marks.flush())
+    // Lanes a claim returned while the relay stopped are handed back by writes of their own: landed before stop()
+    // resolves, or the application may close the pool under them.
+    await withDeadline(clock, STOP_GRACE_MS, Promise.all(this.#givingBack))
     const unflushed = this.#marks.abandon()
     await this.#listener?.stop()
     await this.#sender.close()
@@ -812,7 +817,10 @@ export class Relay {
    * Hands back the lanes of a claim that returned after the relay stopped (or a stop began): they were never
    * started. One write of its own, not the mark buffer's — a stop may have given up on that buffer already (a claim
    * waiting on a lock or a slow server outlasts the stop's grace) — so no lane a stopped relay claimed stays
-   * leased until its lease runs out.
+   * leased until its lease runs out. A stop under way waits for the write (within its grace): a claim that returns
+   * while the relay stops hands its lanes back here, and a `stop()` that resolved before that write landed let the
+   * application close the pool under it — the lane then stayed leased for a whole lease, its head charged a
+   * takeover (seen under load: the lane-listing test, 2–3 stops in 200).
    */
   #giveBack(lanes: readonly ClaimedLane[]): void {
     for (const lane of lanes) {
@@ -821,9 +829,12 @@ export class Relay {
     }
     if (this.#crashed || lanes.length === 0) return
     const releases = lanes.map((lane) => ({ claimToken: lane.claimToken, delivered: false }))
-    void markSentAndRelease(this.#options, { marks: [], releases }).catch((error: unknown) =>
-      this.#reportError(error, 'flush'),
+    const write = markSentAndRelease(this.#options, { marks: [], releases }).then(
+      () => {},
+      (error: unknown) => this.#reportError(error, 'flush'),
     )
+    this.#givingBack.add(write)
+    void write.finally(() => this.#givingBack.delete(write))
   }
 
   /**
