@@ -1,4 +1,3 @@
-import { randomUUID } from 'node:crypto'
 import { trace } from '@opentelemetry/api'
 import {
   createSubscription,
@@ -6,11 +5,11 @@ import {
   enqueue,
   IMPLICIT_SUBSCRIPTION_ID,
   migrate,
-  notifyChannel,
 } from '@outbox/producer'
 import { openKysely } from '@outbox/test-harness'
 import { installInMemoryTracing } from '@outbox/test-harness/tracing'
 import { type Kysely, sql } from 'kysely'
+import { createBusinessTables, insertBareEvent } from '../support/business-tables.js'
 import type { BenchContext } from '../support/context.js'
 import {
   type CaseResult,
@@ -92,15 +91,8 @@ async function placeOrder(db: Kysely<any>, variant: Variant, customer: string, c
     if (variant === 'without enqueue') return
     const id = rows[0]!.id
     if (variant === BARE || variant === BARE_NOTIFY) {
-      const insert = sql`
-        INSERT INTO bare_events (event_id, aggregate_id, event_type, payload)
-        VALUES (${randomUUID()}, ${id}, 'order.created', ${JSON.stringify({ order_id: id, customer_id: customer, total_cents: cents })}::jsonb)`
-      // One statement either way, as enqueue's NOTIFY travels in its one call.
-      if (variant === BARE) await insert.execute(trx)
-      else
-        await sql`WITH e AS (${insert} RETURNING 1) SELECT pg_notify(${notifyChannel()}, '') FROM e`.execute(
-          trx,
-        )
+      const payload = { order_id: id, customer_id: customer, total_cents: cents }
+      await insertBareEvent(trx, id, payload, variant === BARE_NOTIFY)
       return
     }
     await enqueue(
@@ -154,12 +146,7 @@ export async function enqueueOverhead(ctx: BenchContext): Promise<CaseResult> {
   try {
     const db = openKysely(ctx.databases.url(template), { max: 1 })
     await migrate(db)
-    await sql`CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, customer_id text NOT NULL,
-      total_cents integer NOT NULL, status text NOT NULL DEFAULT 'created', created_at timestamptz NOT NULL DEFAULT now())`.execute(
-      db,
-    )
-    await sql`CREATE TABLE bare_events (event_id uuid NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL,
-      payload jsonb NOT NULL)`.execute(db)
+    await createBusinessTables(db)
     for (const { schema, subscriptions } of Object.values(SCHEMAS)) {
       await migrate(db, { schema })
       await disableSubscription(db, IMPLICIT_SUBSCRIPTION_ID, { schema })

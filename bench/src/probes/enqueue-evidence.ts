@@ -1,14 +1,8 @@
-// `pnpm tsx --conditions=@outbox/source bench/src/probes/enqueue-evidence.ts [transactions]`: where an enqueue's
-// time goes, in PostgreSQL's own words. Not part of `pnpm bench` (which compares); this one explains. On a durable
-// embedded server with pg_stat_statements, it runs the enqueue-overhead case's business transaction in each variant
-// on 1 and 8 connections, one variant at a time, and reports per variant: transactions a second, WAL records, full
-// page images and bytes per transaction (pg_stat_wal), what the pool's backends were waiting on (pg_stat_activity
-// sampled every millisecond), and the statements' mean execution time, nested ones included.
-import { randomUUID } from 'node:crypto'
-import { enqueue, migrate, notifyChannel } from '@outbox/producer'
+import { enqueue, migrate } from '@outbox/producer'
 import { openKysely, startPostgres } from '@outbox/test-harness'
 import { type Kysely, sql } from 'kysely'
 import pg from 'pg'
+import { createBusinessTables, insertBareEvent } from '../support/business-tables.js'
 
 type Variant =
   | 'without enqueue'
@@ -35,13 +29,7 @@ async function placeOrder(db: Kysely<any>, variant: Variant, n: number): Promise
     const id = rows[0]!.id
     const payload = { order_id: id, customer_id: `c${n % 10_000}`, total_cents: 100 + n }
     if (variant.startsWith('bare')) {
-      const insert = sql`INSERT INTO bare_events (event_id, aggregate_id, event_type, payload)
-        VALUES (${randomUUID()}, ${id}, 'order.created', ${JSON.stringify(payload)}::jsonb)`
-      if (variant === 'bare INSERT') await insert.execute(trx)
-      else
-        await sql`WITH e AS (${insert} RETURNING 1) SELECT pg_notify(${notifyChannel()}, '') FROM e`.execute(
-          trx,
-        )
+      await insertBareEvent(trx, id, payload, variant === 'bare INSERT + NOTIFY')
       return
     }
     await enqueue(
@@ -65,12 +53,7 @@ try {
   const setup = openKysely(url, { max: 1 })
   await migrate(setup)
   await sql`CREATE EXTENSION pg_stat_statements`.execute(setup)
-  await sql`CREATE TABLE orders (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, customer_id text NOT NULL,
-    total_cents integer NOT NULL, status text NOT NULL DEFAULT 'created', created_at timestamptz NOT NULL DEFAULT now())`.execute(
-    setup,
-  )
-  await sql`CREATE TABLE bare_events (event_id uuid NOT NULL, aggregate_id text NOT NULL, event_type text NOT NULL,
-    payload jsonb NOT NULL)`.execute(setup)
+  await createBusinessTables(setup)
   const sampler = new pg.Client({ connectionString: url })
   await sampler.connect()
   let n = 0
