@@ -3,7 +3,6 @@ import type { Kysely, Transaction } from 'kysely'
 import { initialCursor, judgeHeldCursor } from './cursor.js'
 import type { ResolvedConsumerOptions } from './options.js'
 import { type ConsumerDatabase, inSchema } from './schema.js'
-import { insertProcessedEvent } from './sql/insert-processed-event.js'
 import { prepareRecordEvent } from './sql/record-event.js'
 
 /** What happened to one well-formed, authentic event. */
@@ -52,8 +51,8 @@ export type ApplyEvent = (
  * cursor, run the handler, commit — as `BEGIN`, ONE statement (sql/record-event.ts: a call of the
  * `outbox_record_event` function, which records the id, locks the cursor, creating it for a new aggregate, and
  * advances it when the policy says apply), the handler, `COMMIT`. Only a stale event or a gap costs one more
- * statement, to read the cursor it was judged against. Under `'off'` the statement is the plain id insert, with
- * NULLs for an event that has no aggregate or sequence. Every row read or written is the consumer `source`'s.
+ * statement, to read the cursor it was judged against. Under `'off'` the same call records the id only (with NULLs
+ * for an event that has no aggregate or sequence). Every row read or written is the consumer `source`'s.
  *
  * READ COMMITTED is set explicitly: the duplicate and ordering arguments in the sql/ modules rely on a blocked
  * statement re-reading (and judging) the latest committed row, which REPEATABLE READ or SERIALIZABLE (if a
@@ -66,8 +65,7 @@ export type ApplyEvent = (
  */
 export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
   const { sequence: policy, firstSequence, schema, source } = options
-  const recordEvent =
-    policy === 'off' ? undefined : prepareRecordEvent(options.db, { schema, source, policy, firstSequence })
+  const recordEvent = prepareRecordEvent(options.db, { schema, source, policy, firstSequence })
   // This project's ids are UUIDs, which the envelope accepts in either case: record the lower-case text a `uuid`
   // column stored before migration 0003 (and that its type change left), so a retry written in another case is
   // still the same id. Another sender's id is recorded exactly as sent.
@@ -82,23 +80,18 @@ export function createApplyEvent(options: ResolvedConsumerOptions): ApplyEvent {
         .transaction()
         .setIsolationLevel('read committed')
         .execute(async (trx): Promise<ApplyOutcome> => {
-          if (recordEvent === undefined) {
-            const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, schema)
-            const inserted = await insertProcessedEvent(own, source, recordable, digest)
-            if (inserted !== 'recorded') return inserted === 'mismatch' ? MISMATCH : DUPLICATE
-          } else {
-            // receive() refuses an event without aggregate and sequence under an ordered policy.
+          // Under an ordered policy receive() refuses an event without aggregate and sequence; under 'off' the
+          // initial cursor is not used.
+          const initial = policy === 'off' ? 0 : initialCursor(policy, firstSequence, recordable.sequence!)
+          const recorded = await recordEvent(trx, recordable, initial, digest)
+          if (recorded === 'duplicate') return DUPLICATE
+          if (recorded === 'mismatch') return MISMATCH
+          if (recorded === 'held' && policy !== 'off') {
             const event = recordable as OutboxEvent<unknown>
-            const initial = initialCursor(policy, firstSequence, event.sequence)
-            const recorded = await recordEvent(trx, event, initial, digest)
-            if (recorded === 'duplicate') return DUPLICATE
-            if (recorded === 'mismatch') return MISMATCH
-            if (recorded === 'held') {
-              const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, schema)
-              const verdict = await judgeHeldCursor(own, source, event, policy, firstSequence, event.sequence)
-              if (verdict.kind === 'gap') throw new SequenceGap(verdict.expected)
-              return { kind: 'delivered', status: 'stale_ignored', cursor: verdict.cursor }
-            }
+            const own = inSchema(trx as unknown as Kysely<ConsumerDatabase>, schema)
+            const verdict = await judgeHeldCursor(own, source, event, policy, firstSequence, event.sequence)
+            if (verdict.kind === 'gap') throw new SequenceGap(verdict.expected)
+            return { kind: 'delivered', status: 'stale_ignored', cursor: verdict.cursor }
           }
 
           try {

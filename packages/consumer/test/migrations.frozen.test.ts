@@ -10,6 +10,7 @@ const FROZEN: Readonly<Record<string, string>> = {
   '0002_record_event_function': '21617bdba378ee683640fd25d9bd9a6d819ceedf177911288e6d71bc1a83dc7c',
   '0003_source_keys': 'a91bb95f5015c0bef872619ea0abe0436cf7e9969197193000b038d05c8e4ecf',
   '0004_payload_digest': '4662411f53aca69186337ce701ee66186d51184d73affa8a5716d9c57f3eda44',
+  '0005_record_event_statements': '06213568cb51683186ba1ee0257260d27a9feb67ac99c3001ab5bb49189bce8d',
 }
 
 describeFrozenMigrations(

@@ -11,6 +11,7 @@ import {
   migrationSql,
   OutboxError,
 } from '../src/index.js'
+import { migration0004 } from '../src/migrations/0004-payload-digest.js'
 import {
   appWith,
   countRows,
@@ -77,6 +78,7 @@ describe('migrate', () => {
       '0002_record_event_function',
       '0003_source_keys',
       '0004_payload_digest',
+      '0005_record_event_statements',
     ])
     expect(producerRuns.length).toBeGreaterThan(0)
     // neither package's bookkeeping mentions the other's migrations
@@ -226,7 +228,9 @@ describe('a schema migrated by an older consumer (no outbox_record_event taking 
     await sql`DROP FUNCTION old.outbox_record_event(text, text, text, text, bigint, text, text, text, bigint, text)`.execute(
       t.db,
     )
-    await sql`DELETE FROM old.outbox_consumer_migration WHERE name = '0004_payload_digest'`.execute(t.db)
+    await sql`DELETE FROM old.outbox_consumer_migration WHERE name IN ('0004_payload_digest', '0005_record_event_statements')`.execute(
+      t.db,
+    )
     const logger = recordingLogger()
     const { refusals, onError } = refusalRecorder()
     const { dedupe } = createConsumer({ db: t.db, allowUnsigned: true, schema: 'old', logger, onError })
@@ -254,5 +258,42 @@ describe('a schema migrated by an older consumer (no outbox_record_event taking 
     const again = await request(app).post('/hooks').set(headers).send(body)
     expect(again.body.status).toBe('applied')
     expect(await cursorOf(t.db, 'order', 'outdated', 'old')).toBe(1)
+  })
+})
+
+describe("a schema migrated before 0005 (its outbox_record_event does not know sequence 'off')", () => {
+  it("answers an 'off' consumer's deliveries 500, says to migrate, and applies them once migrated", async () => {
+    await migrate(t.db, { schema: 'pre0005' })
+    // The function as migration 0004 left it, and its bookkeeping without 0005.
+    await sql.raw(migration0004('pre0005')).execute(t.db)
+    await sql`DELETE FROM pre0005.outbox_consumer_migration WHERE name = '0005_record_event_statements'`.execute(
+      t.db,
+    )
+    const { refusals, onError } = refusalRecorder()
+    const { dedupe } = createConsumer({
+      db: t.db,
+      allowUnsigned: true,
+      schema: 'pre0005',
+      sequence: 'off',
+      logger: quiet,
+      onError,
+    })
+    const app = appWith(dedupe(async () => {}))
+    const event = makeEvent({ aggregateId: 'unordered' })
+    const { body, headers } = delivery(event)
+
+    const answer = await request(app).post('/hooks').set(headers).send(body)
+    expect(answer.status).toBe(500)
+    const cause = refusals[0]?.cause
+    expect((cause as OutboxError).code).toBe('ERR_OUTBOX_SCHEMA_OUTDATED')
+    expect((cause as OutboxError).message).toContain("does not know sequence 'off'")
+    expect(await countRows(t.db.withSchema('pre0005'), 'processed_events')).toBe(0)
+
+    await migrate(t.db, { schema: 'pre0005' })
+    const again = await request(app).post('/hooks').set(headers).send(body)
+    expect(again.body.status).toBe('applied')
+    expect(await countRows(t.db.withSchema('pre0005'), 'processed_events')).toBe(1)
+    // 'off' keeps no cursor.
+    expect(await cursorOf(t.db, 'order', 'unordered', 'pre0005')).toBeUndefined()
   })
 })

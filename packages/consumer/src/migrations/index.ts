@@ -2,6 +2,7 @@ import { migration0001 } from './0001-processed-events-and-cursors.js'
 import { migration0002 } from './0002-record-event-function.js'
 import { migration0003 } from './0003-source-keys.js'
 import { migration0004 } from './0004-payload-digest.js'
+import { migration0005 } from './0005-record-event-statements.js'
 
 /** One migration of the consumer schema: the name the migrator records, and its full SQL text. */
 export interface ConsumerMigration {
@@ -23,4 +24,5 @@ export const consumerMigrations: readonly ConsumerMigration[] = [
   { name: '0002_record_event_function', sql: migration0002 },
   { name: '0003_source_keys', sql: migration0003 },
   { name: '0004_payload_digest', sql: migration0004 },
+  { name: '0005_record_event_statements', sql: migration0005 },
 ]
