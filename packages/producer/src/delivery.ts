@@ -241,7 +241,18 @@ export class WebhookSender {
   }
 }
 
+/**
+ * The answers `dedupe` sends, byte for byte, with what they mean: most 2xx bodies are one of these, and comparing
+ * strings costs a fraction of parsing JSON at every delivery.
+ */
+const CANONICAL_ANSWERS: ReadonlyMap<string, DeliveryStatus> = new Map(
+  DELIVERY_STATUSES.map((status) => [JSON.stringify({ status }), status]),
+)
+
+/** The `status` a 2xx answer's JSON body names, when it is one of {@link DELIVERY_STATUSES}. */
 function readStatus(text: string): DeliveryStatus | null {
+  const canonical = CANONICAL_ANSWERS.get(text)
+  if (canonical !== undefined) return canonical
   if (!text.includes('"status"')) return null
   try {
     const status = (JSON.parse(text) as { status?: unknown }).status

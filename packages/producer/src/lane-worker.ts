@@ -98,6 +98,11 @@ function refOf(target: DeliveryTarget, lane: ClaimedLane, row: LaneEvent): Event
   }
 }
 
+/** What the relay's log lines about a lane name it by; built only when a line is logged (most rows log none). */
+function laneLog(target: DeliveryTarget, lane: ClaimedLane): { subscription: string; lane: string } {
+  return { subscription: target.name, lane: `${lane.aggregateType}:${lane.aggregateId}` }
+}
+
 /** One attempt for the delivery log (see the relay's `deliveryLog` option). */
 function attemptOf(
   lane: ClaimedLane,
@@ -390,28 +395,30 @@ async function deliverRow(
   deliveredBefore: number,
 ): Promise<RowStep> {
   const { options, sender, events, runtime } = ctx
-  const log = { subscription: target.name, lane: `${lane.aggregateType}:${lane.aggregateId}` }
   // Another lane's outage failure is being recorded: its statement says whether the breaker is open now.
   const recording = lane.probe ? undefined : ctx.targets.recorded(lane.subscriptionId)
   if (recording) await recording
   if (ctx.stopping()) return { next: 'hand back' }
   if (ctx.heldBack(lane)) {
-    options.logger.debug(log, 'another lane is being sent alone; handing the lane back')
+    options.logger.debug(laneLog(target, lane), 'another lane is being sent alone; handing the lane back')
     return { next: 'hand back' }
   }
   if (ctx.yieldSlot(lane.subscriptionId)) {
-    options.logger.debug(log, 'slot wanted by another subscription; handing the lane back')
+    options.logger.debug(laneLog(target, lane), 'slot wanted by another subscription; handing the lane back')
     return { next: 'hand back' }
   }
   if (runtime.clock.now() + target.requestTimeoutMs + LEASE_MARGIN_MS > lane.deadline) {
-    options.logger.debug(log, 'lease too short for another request; handing the lane back')
+    options.logger.debug(laneLog(target, lane), 'lease too short for another request; handing the lane back')
     return { next: 'hand back' }
   }
   const probing = lane.probe && !probed.has(lane)
   // Claimed before the endpoint's breaker opened: no attempt is burned on an endpoint known to be down.
   if (!lane.probe && ctx.targets.breakerOpen(lane.subscriptionId)) return { next: 'hand back' }
   if (probing) {
-    options.logger.info({ ...log, eventId: row.eventId }, 'endpoint breaker open: sending its probe')
+    options.logger.info(
+      { ...laneLog(target, lane), eventId: row.eventId },
+      'endpoint breaker open: sending its probe',
+    )
     events.emit('endpoint:probing', {
       subscriptionId: target.subscriptionId,
       name: target.name,
@@ -493,7 +500,7 @@ async function deliverRow(
     }
     if (outcome.deliveryStatus === 'stale_ignored') {
       options.logger.warn(
-        { ...log, eventId: row.eventId, sequence: row.sequence },
+        { ...laneLog(target, lane), eventId: row.eventId, sequence: row.sequence },
         'consumer answered stale_ignored',
       )
       events.emit('delivery:stale', { ...refOf(target, lane, row), httpStatus: outcome.httpStatus })
@@ -517,7 +524,7 @@ async function deliverRow(
       ...(logged ? { log: logged } : {}),
     })
     options.logger.warn(
-      { ...log, eventId: row.eventId, sequence: row.sequence },
+      { ...laneLog(target, lane), eventId: row.eventId, sequence: row.sequence },
       'consumer answered 409; lane parked',
     )
     events.emit('lane:blocked', {

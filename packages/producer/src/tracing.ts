@@ -158,14 +158,26 @@ export type TracedSend = (
  * where a link would leave each delivery in a trace of its own.) An event enqueued without a trace context gets a
  * span with no parent. The request carries the span's `traceparent`/`tracestate`; the consumer continues it.
  */
-export async function traceDelivery(
+export function traceDelivery(
   target: Pick<DeliveryTarget, 'subscriptionId' | 'name'>,
   row: LaneEvent,
   send: TracedSend,
 ): Promise<DeliveryOutcome> {
   const otel = openTelemetry()
   const tracer = otel === null ? undefined : registeredTracer(otel)
-  if (otel === null || tracer === undefined) return await send(undefined)
+  // Untraced, the request's own promise: no span, and no promise of ours around it at every delivery.
+  if (otel === null || tracer === undefined) return send(undefined)
+  return sendInSpan(otel, tracer, target, row, send)
+}
+
+/** {@link traceDelivery} with a tracer registered: the attempt in its `send` span. */
+async function sendInSpan(
+  otel: typeof OpenTelemetry,
+  tracer: OpenTelemetry.Tracer,
+  target: Pick<DeliveryTarget, 'subscriptionId' | 'name'>,
+  row: LaneEvent,
+  send: TracedSend,
+): Promise<DeliveryOutcome> {
   const stored = storedContexts.get(row)
   const parent =
     stored === undefined ? otel.ROOT_CONTEXT : otel.propagation.extract(otel.ROOT_CONTEXT, stored)
