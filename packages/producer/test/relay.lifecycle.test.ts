@@ -197,4 +197,45 @@ describe('relay lifecycle', () => {
       await sink.close()
     }
   })
+
+  it('stop() resolves only once the lanes of a claim that returned while it stopped are handed back', async () => {
+    await seedEvents(t.db, ['giveback-1', 'giveback-2'], 1)
+    // Each release of a lease is slow, as on a busy server: without waiting for it, stop() resolves before it lands.
+    await sql`CREATE FUNCTION slow_release() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_sleep(0.2); RETURN NEW; END $$`.execute(t.db)
+    await sql`CREATE TRIGGER slow_release BEFORE UPDATE ON outbox_lane FOR EACH ROW
+      WHEN (OLD.claim_token IS NOT NULL AND NEW.claim_token IS NULL) EXECUTE FUNCTION slow_release()`.execute(
+      t.db,
+    )
+    const leased = async () => {
+      const { rows } = await sql<{ leased: string }>`
+        SELECT count(*) FILTER (WHERE claim_token IS NOT NULL) AS leased FROM outbox_lane
+        WHERE aggregate_id LIKE 'giveback-%'`.execute(t.db)
+      return Number(rows[0]!.leased)
+    }
+    const sink = await startSink()
+    const relay = new Relay({ db: t.connect(), endpoint: sink.url, pollIntervalMs: 10, logger: silentLogger })
+    // The relay's first claim waits behind this lock until stop() has begun, then returns both lanes to a relay
+    // that is stopping: it hands them back unsent, by a write of its own.
+    const holder = await t.db.startTransaction().execute()
+    await sql`LOCK TABLE outbox_lane IN ACCESS EXCLUSIVE MODE`.execute(holder)
+    try {
+      await relay.start()
+      await waitForLockWaiters(t.db)
+      const stopped = relay.stop({ timeoutMs: 5000 })
+      await holder.commit().execute()
+      await stopped
+      // The application may close its pool now: nothing of the relay's may still be on its way.
+      expect(await leased()).toBe(0)
+      expect(sink.requests).toHaveLength(0)
+    } finally {
+      await holder
+        .rollback()
+        .execute()
+        .catch(() => {})
+      await sql`DROP TRIGGER slow_release ON outbox_lane`.execute(t.db)
+      await sql`DROP FUNCTION slow_release()`.execute(t.db)
+      await sink.close()
+    }
+  })
 })
