@@ -26,7 +26,7 @@ export interface TrackedSinkOptions {
   readonly onRequest?: (at: number) => void
 }
 
-/** The one answer every system gets: what `dedupe` answers for an applied event. */
+/** The one answer every system gets: the status `dedupe` answers for an applied event (without the id it adds). */
 const APPLIED = Buffer.from('{"status":"applied"}')
 const APPLIED_HEADERS = { 'content-type': 'application/json', 'content-length': String(APPLIED.length) }
 /** What a failing endpoint answers (any status but 2xx). */
