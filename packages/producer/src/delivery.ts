@@ -262,7 +262,7 @@ function readStatus(text: string): DeliveryStatus | null {
   if (!text.includes('"status"')) return null
   try {
     const status = (JSON.parse(text) as { status?: unknown }).status
-    return DELIVERY_STATUSES.includes(status as DeliveryStatus) ? (status as DeliveryStatus) : null
+    return typeof status === 'string' && KNOWN_STATUSES.has(status) ? (status as DeliveryStatus) : null
   } catch {
     return null
   }

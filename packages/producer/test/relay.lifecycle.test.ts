@@ -6,6 +6,21 @@ import { expectLanesLive, seedEvents, waitFor, waitForLockWaiters } from './supp
 
 const t = useTestDatabase()
 
+/** Lanes of aggregates whose id starts with `prefix` that hold a lease. */
+async function leasedLanes(prefix: string): Promise<number> {
+  const { rows } = await sql<{ leased: string }>`
+    SELECT count(*) FILTER (WHERE claim_token IS NOT NULL) AS leased FROM outbox_lane
+    WHERE aggregate_id LIKE ${`${prefix}%`}`.execute(t.db)
+  return Number(rows[0]!.leased)
+}
+
+/** A transaction holding the lane table locked: a relay's claim waits behind it, as behind DDL or a slow server. */
+async function lockLaneTable() {
+  const holder = await t.db.startTransaction().execute()
+  await sql`LOCK TABLE outbox_lane IN ACCESS EXCLUSIVE MODE`.execute(holder)
+  return holder
+}
+
 // Whatever a test did, every lane it leaves can still move.
 afterEach(async () => {
   await expectLanesLive(t.db)
@@ -90,7 +105,7 @@ describe('relay lifecycle', () => {
       // Only two lanes are ever in delivery at once.
       expect(mostInFlight).toBeLessThanOrEqual(2)
       await relay.stop({ timeoutMs: 5000 })
-      expect(await leased()).toBe(0)
+      expect(await leasedLanes('giveback-')).toBe(0)
     } finally {
       await relay.stop()
       await sink.close()
@@ -162,9 +177,7 @@ describe('relay lifecycle', () => {
     const before = await versions()
     const sink = await startSink()
     const relay = new Relay({ db: t.connect(), endpoint: sink.url, pollIntervalMs: 10, logger: silentLogger })
-    // The relay's claim waits behind this lock, as behind DDL or a server that is slow to answer.
-    const holder = await t.db.startTransaction().execute()
-    await sql`LOCK TABLE outbox_lane IN ACCESS EXCLUSIVE MODE`.execute(holder)
+    const holder = await lockLaneTable()
     try {
       await relay.start()
       await waitForLockWaiters(t.db)
@@ -178,12 +191,7 @@ describe('relay lifecycle', () => {
         'the late claim to run',
       )
       await waitFor(
-        async () => {
-          const { rows } = await sql<{ leased: string }>`
-          SELECT count(*) FILTER (WHERE claim_token IS NOT NULL) AS leased FROM outbox_lane
-          WHERE aggregate_id LIKE 'late-%'`.execute(t.db)
-          return Number(rows[0]!.leased) === 0
-        },
+        async () => (await leasedLanes('late-')) === 0,
         'the late claim to be handed back',
         // Half the lease: generous for a loaded machine, and still short of the lease's end.
         30_000,
@@ -201,24 +209,18 @@ describe('relay lifecycle', () => {
   it('stop() resolves only once the lanes of a claim that returned while it stopped are handed back', async () => {
     await seedEvents(t.db, ['giveback-1', 'giveback-2'], 1)
     // Each release of a lease is slow, as on a busy server: without waiting for it, stop() resolves before it lands.
+    // (0.05 s a lane: far inside stop()'s 2 s grace for the hand-back, however slow the machine.)
     await sql`CREATE FUNCTION slow_release() RETURNS trigger LANGUAGE plpgsql AS $$
-      BEGIN PERFORM pg_sleep(0.2); RETURN NEW; END $$`.execute(t.db)
+      BEGIN PERFORM pg_sleep(0.05); RETURN NEW; END $$`.execute(t.db)
     await sql`CREATE TRIGGER slow_release BEFORE UPDATE ON outbox_lane FOR EACH ROW
       WHEN (OLD.claim_token IS NOT NULL AND NEW.claim_token IS NULL) EXECUTE FUNCTION slow_release()`.execute(
       t.db,
     )
-    const leased = async () => {
-      const { rows } = await sql<{ leased: string }>`
-        SELECT count(*) FILTER (WHERE claim_token IS NOT NULL) AS leased FROM outbox_lane
-        WHERE aggregate_id LIKE 'giveback-%'`.execute(t.db)
-      return Number(rows[0]!.leased)
-    }
     const sink = await startSink()
     const relay = new Relay({ db: t.connect(), endpoint: sink.url, pollIntervalMs: 10, logger: silentLogger })
     // The relay's first claim waits behind this lock until stop() has begun, then returns both lanes to a relay
     // that is stopping: it hands them back unsent, by a write of its own.
-    const holder = await t.db.startTransaction().execute()
-    await sql`LOCK TABLE outbox_lane IN ACCESS EXCLUSIVE MODE`.execute(holder)
+    const holder = await lockLaneTable()
     try {
       await relay.start()
       await waitForLockWaiters(t.db)
@@ -226,7 +228,7 @@ describe('relay lifecycle', () => {
       await holder.commit().execute()
       await stopped
       // The application may close its pool now: nothing of the relay's may still be on its way.
-      expect(await leased()).toBe(0)
+      expect(await leasedLanes('giveback-')).toBe(0)
       expect(sink.requests).toHaveLength(0)
     } finally {
       await holder
